@@ -1,0 +1,88 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/idgen/idgen/generator"
+)
+
+// Errors returned by the cluster layer. The rpc layer maps them to gRPC codes.
+var (
+	// ErrNotReady: the node holds no slot or cannot issue right now.
+	ErrNotReady = errors.New("node not ready")
+	// ErrClusterFull: every slot is owned by a live node.
+	ErrClusterFull = errors.New("cluster full: all slots are owned")
+	// ErrLayoutMismatch: the node's configured layout differs from the cluster's.
+	ErrLayoutMismatch = errors.New("layout mismatch")
+	// ErrClockSkew: the node's clock differs from the leader's by more than max skew.
+	ErrClockSkew = errors.New("clock skew too large")
+	// ErrNotOwner: a Reserve for a slot the node does not own (it was fenced).
+	ErrNotOwner = errors.New("not the slot owner")
+	// ErrUnknownNode: no such node in the cluster state.
+	ErrUnknownNode = errors.New("unknown node")
+	// ErrNoLeader: no leader is known, so the command cannot be applied now.
+	ErrNoLeader = errors.New("no raft leader known")
+	// ErrNotLeader: a forwarded command reached a node that is not the leader.
+	ErrNotLeader = errors.New("not the raft leader")
+	// ErrShutdown: the node is shutting down.
+	ErrShutdown = errors.New("node shutting down")
+	// ErrFaultInjectionDisabled: fault injection was not enabled at start.
+	ErrFaultInjectionDisabled = errors.New("fault injection disabled: start idgend with --enable-fault-injection")
+	// ErrRemoveSelf: a node was asked to remove itself; use Leave instead.
+	ErrRemoveSelf = errors.New("a node cannot remove itself; use leave")
+	// ErrQuorum: the removal would leave the cluster without a quorum of voters.
+	ErrQuorum = errors.New("removal would break quorum")
+)
+
+// MemberInfo describes one node as seen by gossip and the replicated state.
+type MemberInfo struct {
+	ID          string
+	Name        string
+	GRPCAddr    string
+	RaftAddr    string
+	GossipAddr  string
+	HTTPAddr    string
+	Slot        int    // -1 when the node holds no slot
+	RaftRole    string // leader, voter, nonvoter, none
+	GossipState string // alive, suspect, dead, left, unknown
+	GrantedLead time.Duration
+	ClockSkew   time.Duration
+}
+
+// Status is this node's view of itself.
+type Status struct {
+	ID           string
+	Name         string
+	Slot         int // -1 when the node holds no slot
+	Ready        bool
+	Reason       string
+	RaftState    string
+	LeaderID     string
+	LeaderAddr   string
+	Granted      int64
+	Cursor       int64
+	Floor        int64
+	IDsIssued    uint64
+	Layout       generator.Layout
+	AppliedIndex uint64
+	LastIndex    uint64
+}
+
+// Tenure is one node's hold on one slot, as recorded by the Raft log. The owner
+// may stamp timestamps t with Floor < t <= Granted.
+type Tenure struct {
+	Slot          int
+	NodeID        string
+	Floor         int64
+	Granted       int64
+	ClaimedIndex  uint64
+	ReleasedIndex uint64 // 0 while the slot is still held
+}
+
+// Forwarder sends an encoded command to the leader's gRPC address and returns
+// the encoded result. The rpc layer implements it with PeerService.Apply.
+type Forwarder interface {
+	Forward(ctx context.Context, leaderGRPCAddr string, command []byte) ([]byte, error)
+}
