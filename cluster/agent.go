@@ -1,0 +1,160 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idgen/idgen/generator"
+)
+
+const (
+	// agentTick is how often the agent checks its room without a signal.
+	agentTick = 100 * time.Millisecond
+	// minReserveGap keeps reservations to a few per second per node, even
+	// under saturating load.
+	minReserveGap = 200 * time.Millisecond
+	// claimRetry is how often a standby or refused node tries to claim again
+	// without a state change.
+	claimRetry = time.Second
+)
+
+// runAgent is the slot agent: it claims a slot, runs a generator above the
+// claim's floor, keeps the granted window ahead of it, and revokes the
+// generator the moment the state shows the slot is no longer this node's.
+func (n *Node) runAgent() {
+	tick := time.NewTicker(agentTick)
+	defer tick.Stop()
+	var lastReserve, lastClaim time.Time
+	for {
+		g := n.gen.Load()
+		switch {
+		case n.leaving.Load():
+		case g == nil && time.Since(lastClaim) >= claimRetry:
+			lastClaim = time.Now()
+			if g = n.claim(); g != nil {
+				lastReserve = time.Now()
+				n.reserve(g)
+			}
+		case g != nil:
+			if !n.stillOwner(g) {
+				continue
+			}
+			if n.needsRoom(g) && time.Since(lastReserve) >= minReserveGap {
+				lastReserve = time.Now()
+				n.reserve(g)
+			}
+		}
+		var waiting <-chan struct{}
+		if g != nil {
+			waiting = g.Waiting()
+		}
+		select {
+		case <-n.shutdownCh:
+			return
+		case <-n.fsm.changed:
+		case <-waiting:
+		case <-tick.C:
+		}
+	}
+}
+
+// claim asks the leader for a slot and starts a generator above its floor.
+func (n *Node) claim() *generator.Generator {
+	l := n.cfg.Layout
+	info := NodeInfo{
+		ID: n.id, Name: n.cfg.Name, RaftAddr: n.cfg.RaftAdvertise, GossipAddr: n.cfg.GossipAdvertise,
+		GRPCAddr: n.cfg.GRPCAddr, HTTPAddr: n.cfg.HTTPAddr, Datacenter: n.cfg.Datacenter,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
+	defer cancel()
+	r, err := n.propose(ctx, command{Type: cmdClaim, Node: &info, Layout: &l})
+	if err != nil {
+		n.setReason(claimFailure(err))
+		n.logger.Debug("claim", "err", err)
+		return nil
+	}
+	g, err := generator.New(n.cfg.Layout, r.Slot, r.Floor, n.clock)
+	if err != nil {
+		n.setReason("cannot start generator: " + err.Error())
+		n.logger.Error("start generator", "slot", r.Slot, "floor", r.Floor, "err", err)
+		return nil
+	}
+	n.claimIndex.Store(r.Index)
+	n.setReason("")
+	n.gen.Store(g)
+	n.logger.Info("claimed slot", "slot", r.Slot, "floor", r.Floor, "index", r.Index)
+	return g
+}
+
+func claimFailure(err error) string {
+	switch {
+	case errors.Is(err, ErrClusterFull):
+		return "standby: every slot is owned; waiting for one to be freed"
+	case errors.Is(err, ErrLayoutMismatch), errors.Is(err, ErrClockSkew):
+		return err.Error()
+	case errors.Is(err, ErrNoLeader):
+		return "no slot: no raft leader known"
+	default:
+		return fmt.Sprintf("no slot yet: %v", err)
+	}
+}
+
+// stillOwner checks the local state once it has caught up with the claim;
+// if another node owns the slot now (or nobody), the generator stops at once.
+func (n *Node) stillOwner(g *generator.Generator) bool {
+	owner, current := "", false
+	n.fsm.view(func(s *state) {
+		current = s.Index >= n.claimIndex.Load()
+		if g.Slot() < len(s.Slots) {
+			owner = s.Slots[g.Slot()].Owner
+		}
+	})
+	// A local state older than the claim says nothing yet.
+	if !current || owner == n.id {
+		return true
+	}
+	n.revoke(g, fmt.Errorf("%w: slot %d now belongs to %q", ErrNotOwner, g.Slot(), owner))
+	return false
+}
+
+func (n *Node) revoke(g *generator.Generator, cause error) {
+	g.Revoke(cause)
+	n.gen.CompareAndSwap(g, nil)
+	n.setReason("slot lost: " + cause.Error())
+	n.logger.Warn("stopped issuing", "slot", g.Slot(), "cause", cause)
+}
+
+// needsRoom: less than half the lead left between the issuing point and the
+// end of the granted window.
+func (n *Node) needsRoom(g *generator.Generator) bool {
+	lead := unitsCeil(n.cfg.Lead, n.cfg.Layout.Unit)
+	return g.Granted()-g.Head() < (lead+1)/2
+}
+
+// reserve asks for the window up to the issuing point plus the lead. An
+// unknown outcome counts as not granted.
+func (n *Node) reserve(g *generator.Generator) {
+	upTo := g.Head() + unitsCeil(n.cfg.Lead, n.cfg.Layout.Unit)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	sent := n.clock.Now()
+	r, err := n.propose(ctx, command{Type: cmdReserve, NodeID: n.id, Slot: g.Slot(), UpTo: upTo})
+	switch {
+	case err == nil:
+		g.Grant(r.Granted)
+		if r.LeaderTime != 0 {
+			n.skew.Store(int64(sent.Sub(time.Unix(0, r.LeaderTime))))
+		}
+		if *n.reason.Load() != "" {
+			n.setReason("")
+		}
+	case errors.Is(err, ErrNotOwner):
+		n.revoke(g, err)
+	case errors.Is(err, ErrClockSkew):
+		n.setReason(err.Error())
+	default:
+		n.logger.Debug("reserve", "slot", g.Slot(), "up_to", upTo, "err", err)
+	}
+}

@@ -1,0 +1,322 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// applyTimeout bounds a Raft apply when the caller's context has no deadline.
+const applyTimeout = 5 * time.Second
+
+// propose sends a command to the leader: applied here when this node leads,
+// forwarded otherwise. Any error means the outcome is unknown or refused;
+// callers treat both as "not granted".
+func (n *Node) propose(ctx context.Context, c command) (result, error) {
+	c.SentAt = n.clock.Now().UnixNano()
+	if n.rs.raft.State() == raft.Leader {
+		return n.handle(ctx, c)
+	}
+	_, leaderID := n.rs.raft.LeaderWithID()
+	if leaderID == "" {
+		return result{}, ErrNoLeader
+	}
+	addr := n.grpcAddrOf(string(leaderID))
+	if addr == "" {
+		return result{}, fmt.Errorf("%w: leader %s has no known gRPC address yet", ErrNoLeader, leaderID)
+	}
+	if n.cfg.Forwarder == nil {
+		return result{}, fmt.Errorf("%w: no forwarder configured", ErrNotLeader)
+	}
+	data, err := encodeCommand(c)
+	if err != nil {
+		return result{}, err
+	}
+	out, err := n.cfg.Forwarder.Forward(ctx, addr, data)
+	if err != nil {
+		return result{}, err
+	}
+	return decodeResult(out)
+}
+
+// grpcAddrOf finds a node's gRPC address in gossip, else in the replicated state.
+func (n *Node) grpcAddrOf(id string) string {
+	if m, ok := n.gossip.snapshot()[id]; ok && m.Parsed && m.Meta.GRPCAddr != "" {
+		return m.Meta.GRPCAddr
+	}
+	var addr string
+	n.fsm.view(func(s *state) { addr = s.Nodes[id].GRPCAddr })
+	return addr
+}
+
+// ApplyForwarded runs a command a follower forwarded to this node, which must
+// be the leader. It is the server side of Forwarder.
+func (n *Node) ApplyForwarded(ctx context.Context, data []byte) ([]byte, error) {
+	if n.rs.raft.State() != raft.Leader {
+		return nil, ErrNotLeader
+	}
+	c, err := decodeCommand(data)
+	if err != nil {
+		return nil, err
+	}
+	r, err := n.handle(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return encodeResult(r)
+}
+
+// handle runs a command on the leader.
+func (n *Node) handle(ctx context.Context, c command) (result, error) {
+	switch c.Type {
+	case cmdClaim, cmdReserve, cmdRelease:
+		return n.leaderApply(ctx, c)
+	case cmdRemove:
+		slot, err := n.leaderRemove(ctx, c.NodeID)
+		return result{Slot: slot}, err
+	default:
+		return result{}, fmt.Errorf("command %s cannot be forwarded", c.Type)
+	}
+}
+
+// leaderApply is the leader-side guard in front of the log (DESIGN.md
+// section 3): it refuses skewed clocks and clamps reservations to the
+// leader's clock plus max-ahead before proposing. Apply itself never reads a clock.
+func (n *Node) leaderApply(ctx context.Context, c command) (result, error) {
+	now := n.clock.Now()
+	if c.Type == cmdClaim || c.Type == cmdReserve {
+		skew := time.Unix(0, c.SentAt).Sub(now)
+		if skew > n.cfg.MaxSkew || skew < -n.cfg.MaxSkew {
+			return result{}, fmt.Errorf("%w: the node's clock is %v off the leader's (max %v); fix its time source",
+				ErrClockSkew, skew.Round(time.Millisecond), n.cfg.MaxSkew)
+		}
+	}
+	if c.Type == cmdReserve {
+		var (
+			owner     string
+			highWater int64
+			limit     int64
+			inited    bool
+		)
+		n.fsm.view(func(s *state) {
+			if s.Layout == nil || c.Slot < 0 || c.Slot >= len(s.Slots) {
+				return
+			}
+			inited = true
+			owner, highWater = s.Slots[c.Slot].Owner, s.Slots[c.Slot].HighWater
+			limit = s.Layout.Units(now) + unitsCeil(n.cfg.MaxAhead, s.Layout.Unit)
+		})
+		if !inited || owner != c.NodeID {
+			return result{}, fmt.Errorf("%w: node %s does not own slot %d", ErrNotOwner, c.NodeID, c.Slot)
+		}
+		if c.UpTo > limit {
+			c.UpTo = limit
+		}
+		if c.UpTo <= highWater {
+			// Nothing new to grant yet; highWater was granted to this owner
+			// already (a new owner starts at it), so repeating it is safe.
+			return result{Slot: c.Slot, Granted: highWater, LeaderTime: now.UnixNano()}, nil
+		}
+	}
+	r, _, err := n.raftApply(ctx, c)
+	r.LeaderTime = now.UnixNano()
+	return r, err
+}
+
+// raftApply proposes c and waits for it to be applied on this (leader) node.
+func (n *Node) raftApply(ctx context.Context, c command) (result, uint64, error) {
+	data, err := encodeCommand(c)
+	if err != nil {
+		return result{}, 0, err
+	}
+	timeout := applyTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+		if timeout <= 0 {
+			return result{}, 0, context.DeadlineExceeded
+		}
+	}
+	f := n.rs.raft.Apply(data, timeout)
+	if err := f.Error(); err != nil {
+		return result{}, 0, fmt.Errorf("raft apply %s: %w", c.Type, err)
+	}
+	switch resp := f.Response().(type) {
+	case error:
+		return result{}, f.Index(), resp
+	case result:
+		resp.Index = f.Index()
+		return resp, f.Index(), nil
+	default:
+		return result{}, f.Index(), fmt.Errorf("raft apply %s: unexpected response %T", c.Type, resp)
+	}
+}
+
+// unitsCeil converts a duration into whole layout units, rounding up.
+func unitsCeil(d, unit time.Duration) int64 {
+	return int64((d + unit - 1) / unit)
+}
+
+// Remove force-removes another node: it frees its slot and takes it out of
+// Raft. node is an ID or a name.
+func (n *Node) Remove(ctx context.Context, node string) (string, int, error) {
+	id, err := n.resolveNode(node)
+	if err != nil {
+		return "", -1, err
+	}
+	if id == n.id {
+		return "", -1, ErrRemoveSelf
+	}
+	r, err := n.propose(ctx, command{Type: cmdRemove, NodeID: id})
+	return id, r.Slot, err
+}
+
+// resolveNode finds a node's ID by ID or name among the state, Raft and gossip.
+func (n *Node) resolveNode(node string) (string, error) {
+	members, _ := n.Members()
+	var byName []string
+	for _, m := range members {
+		if m.ID == node {
+			return m.ID, nil
+		}
+		if m.Name == node {
+			byName = append(byName, m.ID)
+		}
+	}
+	switch len(byName) {
+	case 1:
+		return byName[0], nil
+	case 0:
+		return "", fmt.Errorf("%w: no node has ID or name %q; see idctl members", ErrUnknownNode, node)
+	default:
+		return "", fmt.Errorf("%w: name %q is ambiguous (%v); use the node ID", ErrUnknownNode, node, byName)
+	}
+}
+
+// leaderRemove frees id's slot in the state and removes it from Raft,
+// refusing to remove the leader itself or to break quorum.
+func (n *Node) leaderRemove(ctx context.Context, id string) (int, error) {
+	if id == n.id {
+		return -1, ErrRemoveSelf
+	}
+	cf := n.rs.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return -1, err
+	}
+	var inRaft, voter bool
+	for _, s := range cf.Configuration().Servers {
+		if string(s.ID) == id {
+			inRaft, voter = true, s.Suffrage == raft.Voter
+		}
+	}
+	var inState bool
+	n.fsm.view(func(s *state) { _, inState = s.Nodes[id]; inState = inState || s.slotOf(id) >= 0 })
+	if !inRaft && !inState {
+		return -1, fmt.Errorf("%w: %s is not in the cluster", ErrUnknownNode, id)
+	}
+	if voter && !n.quorumSurvives(cf.Configuration(), id) {
+		return -1, fmt.Errorf("%w: removing %s would leave fewer live voters than a quorum", ErrQuorum, id)
+	}
+	slot := -1
+	if inState {
+		r, _, err := n.raftApply(ctx, command{Type: cmdRemove, NodeID: id})
+		if err != nil {
+			return -1, err
+		}
+		slot = r.Slot
+	}
+	if inRaft {
+		if err := n.rs.raft.RemoveServer(raft.ServerID(id), 0, applyTimeout).Error(); err != nil {
+			return slot, fmt.Errorf("remove %s from raft: %w", id, err)
+		}
+	}
+	n.gossip.forget(id)
+	n.logger.Info("removed node", "id", id, "freed_slot", slot)
+	return slot, nil
+}
+
+// quorumSurvives reports whether the voters left after removing id include a
+// quorum of live ones (alive in gossip, or this node).
+func (n *Node) quorumSurvives(cfg raft.Configuration, id string) bool {
+	members := n.gossip.snapshot()
+	voters, live := 0, 0
+	for _, s := range cfg.Servers {
+		if s.Suffrage != raft.Voter || string(s.ID) == id {
+			continue
+		}
+		voters++
+		if string(s.ID) == n.id || members[string(s.ID)].State == "alive" {
+			live++
+		}
+	}
+	return voters > 0 && live >= voters/2+1
+}
+
+// Leave releases the slot, hands off leadership, has the leader take this
+// node out of Raft and the state, leaves gossip and shuts the node down.
+func (n *Node) Leave(ctx context.Context) error {
+	if !n.leaving.CompareAndSwap(false, true) {
+		return errors.New("already leaving")
+	}
+	if g := n.gen.Swap(nil); g != nil {
+		g.Revoke(errors.New("node is leaving"))
+	}
+	if _, err := n.propose(ctx, command{Type: cmdRelease, NodeID: n.id}); err != nil && !errors.Is(err, ErrUnknownNode) {
+		n.leaving.Store(false)
+		return fmt.Errorf("release slot: %w", err)
+	}
+	if n.otherVoters() > 0 {
+		if n.rs.raft.State() == raft.Leader {
+			if err := n.rs.raft.LeadershipTransfer().Error(); err != nil {
+				n.leaving.Store(false)
+				return fmt.Errorf("hand off leadership: %w", err)
+			}
+		}
+		// The new leader removes this node; a removed node cannot learn of its
+		// own removal from the log, so it waits for the leader's answer.
+		err := retry(ctx, 200*time.Millisecond, func() error {
+			_, err := n.propose(ctx, command{Type: cmdRemove, NodeID: n.id})
+			return err
+		})
+		if err != nil && !errors.Is(err, ErrUnknownNode) {
+			n.leaving.Store(false)
+			return fmt.Errorf("leave raft: %w", err)
+		}
+	}
+	if err := n.gossip.leave(5 * time.Second); err != nil {
+		n.logger.Warn("leave: gossip", "err", err)
+	}
+	n.logger.Info("left the cluster")
+	return n.Close()
+}
+
+// retry calls f until it succeeds, returns a permanent error, or ctx ends.
+func retry(ctx context.Context, every time.Duration, f func() error) error {
+	for {
+		err := f()
+		if err == nil || errors.Is(err, ErrUnknownNode) || errors.Is(err, ErrQuorum) || errors.Is(err, ErrRemoveSelf) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		case <-time.After(every):
+		}
+	}
+}
+
+func (n *Node) otherVoters() int {
+	cf := n.rs.raft.GetConfiguration()
+	if cf.Error() != nil {
+		return 0
+	}
+	c := 0
+	for _, s := range cf.Configuration().Servers {
+		if string(s.ID) != n.id && s.Suffrage == raft.Voter {
+			c++
+		}
+	}
+	return c
+}

@@ -1,0 +1,105 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/idgen/idgen/generator"
+)
+
+// commandType is the first byte of every Raft log entry this package writes.
+type commandType byte
+
+const (
+	cmdInit    commandType = 1
+	cmdClaim   commandType = 2
+	cmdReserve commandType = 3
+	cmdRelease commandType = 4
+	cmdRemove  commandType = 5
+)
+
+func (t commandType) String() string {
+	switch t {
+	case cmdInit:
+		return "init"
+	case cmdClaim:
+		return "claim"
+	case cmdReserve:
+		return "reserve"
+	case cmdRelease:
+		return "release"
+	case cmdRemove:
+		return "remove"
+	}
+	return fmt.Sprintf("unknown(%d)", byte(t))
+}
+
+// NodeInfo is what the replicated state knows about a node.
+type NodeInfo struct {
+	ID         string `json:"id"`
+	Name       string `json:"name"`
+	RaftAddr   string `json:"raft_addr"`
+	GossipAddr string `json:"gossip_addr"`
+	GRPCAddr   string `json:"grpc_addr"`
+	HTTPAddr   string `json:"http_addr"`
+	// Datacenter is the preferred datacenter, or -1 for any.
+	Datacenter int `json:"datacenter"`
+}
+
+// command is the body of a log entry. Only the fields of its type are set.
+// Every value Apply needs is inside the entry, so Apply never reads a clock.
+type command struct {
+	Type commandType `json:"-"`
+
+	Layout *generator.Layout `json:"layout,omitempty"` // Init, Claim
+	Node   *NodeInfo         `json:"node,omitempty"`   // Claim
+	NodeID string            `json:"node_id,omitempty"`
+	Slot   int               `json:"slot,omitempty"`  // Reserve
+	UpTo   int64             `json:"up_to,omitempty"` // Reserve
+
+	// SentAt is the sender's clock (Unix nanoseconds) when it made the request.
+	// The leader checks it against its own clock before proposing; Apply ignores it.
+	SentAt int64 `json:"sent_at,omitempty"`
+}
+
+// result is what Apply returns for a command, and what a forwarded command
+// returns to the follower that sent it.
+type result struct {
+	Slot    int   `json:"slot"`
+	Floor   int64 `json:"floor"`
+	Granted int64 `json:"granted"`
+	// Index is the Raft log index of the entry (0 when nothing was proposed).
+	Index uint64 `json:"index,omitempty"`
+	// LeaderTime is the leader's clock (Unix nanoseconds) when it answered.
+	LeaderTime int64 `json:"leader_time,omitempty"`
+}
+
+func encodeCommand(c command) ([]byte, error) {
+	body, err := json.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s command: %w", c.Type, err)
+	}
+	return append([]byte{byte(c.Type)}, body...), nil
+}
+
+func decodeCommand(data []byte) (command, error) {
+	if len(data) == 0 {
+		return command{}, fmt.Errorf("decode command: empty entry")
+	}
+	var c command
+	if err := json.Unmarshal(data[1:], &c); err != nil {
+		return command{}, fmt.Errorf("decode %s command: %w", commandType(data[0]), err)
+	}
+	c.Type = commandType(data[0])
+	return c, nil
+}
+
+func encodeResult(r result) ([]byte, error) { return json.Marshal(r) }
+
+func decodeResult(data []byte) (result, error) {
+	var r result
+	if err := json.Unmarshal(data, &r); err != nil {
+		return result{}, fmt.Errorf("decode result: %w", err)
+	}
+	return r, nil
+}

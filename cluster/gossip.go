@@ -1,0 +1,216 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"log"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// meta is the node metadata carried by gossip (memberlist caps it at 512 bytes).
+type meta struct {
+	Name     string `json:"n"`
+	GRPCAddr string `json:"g"`
+	RaftAddr string `json:"r"`
+	HTTPAddr string `json:"h"`
+	Version  string `json:"v"`
+	// Member is true once the node has Raft state (it belongs to a cluster);
+	// nodes without state use it to tell a new cluster from an existing one.
+	Member bool `json:"m"`
+	// Expect is the node's --bootstrap-expect.
+	Expect int `json:"e"`
+	// SkewMS is the node's clock minus the leader's, as last measured.
+	SkewMS int64 `json:"s"`
+}
+
+// gossipMember is a member as the node last saw it, including dead ones,
+// which memberlist's Members() leaves out.
+type gossipMember struct {
+	ID     string
+	Addr   string
+	Meta   meta
+	State  string // alive, suspect, dead, left
+	Since  time.Time
+	Parsed bool
+}
+
+// gossip wraps memberlist: metadata, a full view of members with the time of
+// their last state change, and a channel of change signals.
+type gossip struct {
+	list   *memberlist.Memberlist
+	logger *slog.Logger
+
+	mu      sync.Mutex
+	local   meta
+	members map[string]*gossipMember
+	events  chan struct{}
+	now     func() time.Time
+}
+
+// Config helpers live in node.go; openGossip starts memberlist.
+func openGossip(cfg *Config, nodeID string, local meta, logger *slog.Logger) (*gossip, error) {
+	g := &gossip{
+		logger:  logger.With("component", "gossip"),
+		local:   local,
+		members: map[string]*gossipMember{},
+		events:  make(chan struct{}, 1),
+		now:     time.Now,
+	}
+	var mc *memberlist.Config
+	if cfg.GossipLocal {
+		mc = memberlist.DefaultLocalConfig()
+	} else {
+		mc = memberlist.DefaultLANConfig()
+	}
+	mc.Name = nodeID
+	host, port, err := splitHostPort(cfg.GossipAddr)
+	if err != nil {
+		return nil, fmt.Errorf("gossip address: %w", err)
+	}
+	mc.BindAddr, mc.BindPort = host, port
+	ahost, aport, err := splitHostPort(cfg.GossipAdvertise)
+	if err != nil {
+		return nil, fmt.Errorf("gossip advertise address: %w", err)
+	}
+	mc.AdvertiseAddr, mc.AdvertisePort = ahost, aport
+	mc.Delegate = g
+	mc.Events = g
+	// A node that restarts on a new address keeps its name (its node ID);
+	// without this memberlist refuses it as a name conflict.
+	mc.DeadNodeReclaimTime = 5 * time.Second
+	mc.Logger = log.New(&slogWriter{logger: g.logger}, "", 0)
+	list, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("start gossip on %s: %w", cfg.GossipAddr, err)
+	}
+	g.list = list
+	return g, nil
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	host, ps, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(ps)
+	if err != nil {
+		return "", 0, fmt.Errorf("port %q: %w", ps, err)
+	}
+	if host == "" {
+		host = "0.0.0.0"
+	}
+	return host, port, nil
+}
+
+// NodeMeta implements memberlist.Delegate.
+func (g *gossip) NodeMeta(limit int) []byte {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	b, _ := json.Marshal(g.local)
+	if len(b) > limit {
+		g.logger.Error("gossip metadata too large", "bytes", len(b), "limit", limit)
+		return nil
+	}
+	return b
+}
+
+func (g *gossip) NotifyMsg([]byte)                           {}
+func (g *gossip) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (g *gossip) LocalState(join bool) []byte                { return nil }
+func (g *gossip) MergeRemoteState(buf []byte, join bool)     {}
+
+// NotifyJoin, NotifyLeave and NotifyUpdate implement memberlist.EventDelegate.
+func (g *gossip) NotifyJoin(n *memberlist.Node)   { g.record(n) }
+func (g *gossip) NotifyLeave(n *memberlist.Node)  { g.record(n) }
+func (g *gossip) NotifyUpdate(n *memberlist.Node) { g.record(n) }
+
+func (g *gossip) record(n *memberlist.Node) {
+	state := "alive"
+	switch n.State {
+	case memberlist.StateSuspect:
+		state = "suspect"
+	case memberlist.StateDead:
+		state = "dead"
+	case memberlist.StateLeft:
+		state = "left"
+	}
+	m := &gossipMember{ID: n.Name, Addr: n.Address(), State: state, Since: g.now()}
+	if err := json.Unmarshal(n.Meta, &m.Meta); err == nil {
+		m.Parsed = true
+	}
+	g.mu.Lock()
+	if old, ok := g.members[n.Name]; ok && old.State == state {
+		m.Since = old.Since
+	}
+	g.members[n.Name] = m
+	g.mu.Unlock()
+	select {
+	case g.events <- struct{}{}:
+	default:
+	}
+}
+
+// snapshot returns a copy of every member seen, including dead and left ones.
+func (g *gossip) snapshot() map[string]gossipMember {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make(map[string]gossipMember, len(g.members))
+	for id, m := range g.members {
+		out[id] = *m
+	}
+	return out
+}
+
+// forget drops a member from the view once it is removed from the cluster.
+func (g *gossip) forget(id string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if m, ok := g.members[id]; ok && m.State != "alive" {
+		delete(g.members, id)
+	}
+}
+
+// updateMeta changes the local metadata and gossips it.
+func (g *gossip) updateMeta(fn func(m *meta)) {
+	g.mu.Lock()
+	before := g.local
+	fn(&g.local)
+	changed := before != g.local
+	g.mu.Unlock()
+	if changed {
+		if err := g.list.UpdateNode(time.Second); err != nil {
+			g.logger.Warn("gossip metadata update", "err", err)
+		}
+	}
+}
+
+// join contacts the seeds that are not already alive members; it returns how
+// many were contacted.
+func (g *gossip) join(seeds []string, self string) (int, error) {
+	known := map[string]bool{self: true}
+	for _, m := range g.snapshot() {
+		if m.State == "alive" || m.State == "suspect" {
+			known[m.Addr] = true
+		}
+	}
+	var todo []string
+	for _, s := range seeds {
+		if !known[s] {
+			todo = append(todo, s)
+		}
+	}
+	if len(todo) == 0 {
+		return 0, nil
+	}
+	return g.list.Join(todo)
+}
+
+func (g *gossip) leave(timeout time.Duration) error { return g.list.Leave(timeout) }
+
+func (g *gossip) shutdown() error { return g.list.Shutdown() }

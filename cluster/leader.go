@@ -1,0 +1,231 @@
+package cluster
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// leaderState is what the leader loop remembers between sweeps.
+type leaderState struct {
+	// absentSince: Raft servers that gossip does not show as alive, and since when.
+	absentSince map[string]time.Time
+	// nonvoterSince: when a server was first seen as a non-voter, to promote
+	// only members that have been stable for a sweep.
+	nonvoterSince map[string]time.Time
+}
+
+// monitorLeadership starts and stops the leader loop as leadership changes.
+// It watches NotifyCh, which unlike LeaderCh does not drop changes.
+func (n *Node) monitorLeadership() {
+	var stop, done chan struct{}
+	stopLeader := func() {
+		if stop != nil {
+			close(stop)
+			<-done
+			stop, done = nil, nil
+		}
+	}
+	for {
+		select {
+		case isLeader := <-n.rs.notifyCh:
+			if isLeader && stop == nil {
+				stop, done = make(chan struct{}), make(chan struct{})
+				go func(stop, done chan struct{}) {
+					defer close(done)
+					n.leaderLoop(stop)
+				}(stop, done)
+			} else if !isLeader {
+				stopLeader()
+			}
+		case <-n.shutdownCh:
+			stopLeader()
+			return
+		}
+	}
+}
+
+// leaderLoop runs while this node leads: Barrier first (so the state holds
+// everything committed by earlier leaders), then a full reconcile, then
+// reconciles on gossip events and on a periodic sweep.
+func (n *Node) leaderLoop(stop chan struct{}) {
+	n.logger.Info("gained leadership")
+	defer n.logger.Info("lost leadership")
+	n.leaderState = leaderState{absentSince: map[string]time.Time{}, nonvoterSince: map[string]time.Time{}}
+	for {
+		if err := n.rs.raft.Barrier(applyTimeout).Error(); err == nil {
+			break
+		} else {
+			n.logger.Warn("leader barrier", "err", err)
+		}
+		select {
+		case <-stop:
+			return
+		case <-time.After(time.Second):
+		}
+	}
+	if err := n.establish(); err != nil {
+		n.logger.Error("establish leadership", "err", err)
+	}
+	tick := time.NewTicker(n.cfg.ReconcileInterval)
+	defer tick.Stop()
+	for {
+		n.reconcile()
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		case <-n.gossip.events:
+		}
+	}
+}
+
+// establish writes the Init entry of a new cluster.
+func (n *Node) establish() error {
+	var inited bool
+	n.fsm.view(func(s *state) { inited = s.Layout != nil })
+	if inited {
+		return nil
+	}
+	l := n.cfg.Layout
+	_, _, err := n.raftApply(context.Background(), command{Type: cmdInit, Layout: &l})
+	return err
+}
+
+// reconcile brings Raft membership and slot ownership in line with gossip:
+// alive members join as non-voters and are promoted while voters < 5; left
+// members are removed at once, dead or missing ones after ReapAfter. It never
+// removes the leader itself nor breaks quorum.
+func (n *Node) reconcile() {
+	cf := n.rs.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		n.logger.Warn("reconcile: raft configuration", "err", err)
+		return
+	}
+	servers := cf.Configuration().Servers
+	members := n.gossip.snapshot()
+	now := time.Now()
+	ls := &n.leaderState
+
+	inRaft := map[string]raft.Server{}
+	voters := 0
+	for _, s := range servers {
+		inRaft[string(s.ID)] = s
+		if s.Suffrage == raft.Voter {
+			voters++
+		}
+	}
+
+	// Remove servers that left, or that have been gone longer than ReapAfter.
+	for _, s := range servers {
+		id := string(s.ID)
+		if id == n.id {
+			continue
+		}
+		m, seen := members[id]
+		if seen && (m.State == "alive" || m.State == "suspect") {
+			delete(ls.absentSince, id)
+			continue
+		}
+		if _, ok := ls.absentSince[id]; !ok {
+			since := now
+			if seen && m.State == "dead" && m.Since.Before(now) {
+				since = m.Since
+			}
+			ls.absentSince[id] = since
+		}
+		if (seen && m.State == "left") || now.Sub(ls.absentSince[id]) >= n.cfg.ReapAfter {
+			n.reap(id, "gone from gossip")
+		}
+	}
+
+	// Nodes in the state (holding a slot) but not in Raft: free their slots
+	// on the same terms.
+	var stateOnly []string
+	n.fsm.view(func(s *state) {
+		for _, id := range s.sortedNodeIDs() {
+			if _, ok := inRaft[id]; !ok && id != n.id {
+				stateOnly = append(stateOnly, id)
+			}
+		}
+	})
+	for _, id := range stateOnly {
+		m, seen := members[id]
+		if seen && (m.State == "alive" || m.State == "suspect") {
+			continue // about to be added back below
+		}
+		if seen && m.State == "left" {
+			n.reap(id, "left")
+			continue
+		}
+		if _, ok := ls.absentSince[id]; !ok {
+			ls.absentSince[id] = now
+		}
+		if now.Sub(ls.absentSince[id]) >= n.cfg.ReapAfter {
+			n.reap(id, "not in raft and gone from gossip")
+		}
+	}
+
+	// Add alive members as non-voters; promote stable non-voters.
+	ids := make([]string, 0, len(members))
+	for id := range members {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		m := members[id]
+		if m.State != "alive" || !m.Parsed || m.Meta.RaftAddr == "" || id == n.id {
+			continue
+		}
+		s, ok := inRaft[id]
+		if !ok {
+			// A wiped data dir comes back as a new ID on the old address;
+			// Raft refuses two servers on one address, so the old one goes.
+			for _, old := range servers {
+				if string(old.Address) == m.Meta.RaftAddr && string(old.ID) != id && string(old.ID) != n.id {
+					n.reap(string(old.ID), "address taken over by "+id)
+				}
+			}
+			if err := n.rs.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(m.Meta.RaftAddr), 0, applyTimeout).Error(); err != nil {
+				n.logger.Warn("reconcile: add non-voter", "id", id, "err", err)
+				continue
+			}
+			n.logger.Info("added non-voter", "id", id, "name", m.Meta.Name, "raft", m.Meta.RaftAddr)
+			ls.nonvoterSince[id] = now
+			continue
+		}
+		if s.Suffrage == raft.Voter {
+			delete(ls.nonvoterSince, id)
+			continue
+		}
+		since, ok := ls.nonvoterSince[id]
+		if !ok {
+			ls.nonvoterSince[id] = now
+			continue
+		}
+		if voters < maxVoters && now.Sub(since) >= time.Second {
+			if err := n.rs.raft.AddVoter(raft.ServerID(id), s.Address, 0, applyTimeout).Error(); err != nil {
+				n.logger.Warn("reconcile: promote", "id", id, "err", err)
+				continue
+			}
+			voters++
+			delete(ls.nonvoterSince, id)
+			n.logger.Info("promoted to voter", "id", id, "voters", voters)
+		}
+	}
+}
+
+// reap removes a node from the state and from Raft, logging the reason.
+func (n *Node) reap(id, why string) {
+	ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
+	defer cancel()
+	slot, err := n.leaderRemove(ctx, id)
+	if err != nil {
+		n.logger.Warn("reap", "id", id, "reason", why, "err", err)
+		return
+	}
+	delete(n.leaderState.absentSince, id)
+	n.logger.Info("reaped node", "id", id, "reason", why, "freed_slot", slot)
+}

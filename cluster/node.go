@@ -1,0 +1,457 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/idgen/idgen/generator"
+)
+
+// Config is everything a node needs. Zero durations take the defaults below.
+type Config struct {
+	// Name is a human label; the node's identity is the ID in its data dir.
+	Name    string
+	DataDir string
+
+	RaftAddr        string // bind address for Raft TCP
+	RaftAdvertise   string // address other nodes dial for Raft
+	GossipAddr      string // bind address for memberlist (UDP and TCP)
+	GossipAdvertise string // address other nodes gossip with
+	GRPCAddr        string // advertised gRPC address (followers forward commands here)
+	HTTPAddr        string // advertised HTTP admin address
+
+	// Join lists gossip addresses of existing or future members, retried periodically.
+	Join []string
+	// BootstrapExpect: a node without Raft state forms a new cluster once this
+	// many nodes without state see each other by gossip. 1 with no Join
+	// means start alone.
+	BootstrapExpect int
+	// Datacenter is the preferred datacenter for the slot, or -1 for any.
+	Datacenter int
+	Layout     generator.Layout
+
+	// Lead is how far ahead of its issuing point a node keeps its window.
+	Lead time.Duration
+	// MaxAhead caps every reservation at the leader's clock plus this.
+	MaxAhead time.Duration
+	// MaxSkew is how far a node's clock may be from the leader's.
+	MaxSkew time.Duration
+	// ReapAfter is how long a member may be dead before its slot is freed.
+	ReapAfter time.Duration
+	// ReconcileInterval is the leader's full sweep period.
+	ReconcileInterval time.Duration
+	// JoinRetryInterval is how often the Join seeds are retried.
+	JoinRetryInterval time.Duration
+	// SnapshotThreshold and SnapshotInterval tune Raft snapshots (0 = Raft's defaults).
+	SnapshotThreshold uint64
+	SnapshotInterval  time.Duration
+	// GossipLocal selects memberlist's fast loopback profile (tests, one host).
+	GossipLocal bool
+	// EnableFaultInjection allows SetClockOffset.
+	EnableFaultInjection bool
+
+	Clock     generator.Clock
+	Forwarder Forwarder
+	Logger    *slog.Logger
+	Version   string
+}
+
+// Defaults for the tuning settings (DESIGN.md section 3).
+const (
+	DefaultLead              = 10 * time.Second
+	DefaultMaxSkew           = 5 * time.Second
+	DefaultReapAfter         = 2 * time.Minute
+	DefaultReconcileInterval = 5 * time.Second
+	DefaultJoinRetryInterval = 5 * time.Second
+	// maxVoters: members beyond this many stay non-voters.
+	maxVoters = 5
+)
+
+func (c *Config) applyDefaults() {
+	if c.Lead == 0 {
+		c.Lead = DefaultLead
+	}
+	if c.MaxSkew == 0 {
+		c.MaxSkew = DefaultMaxSkew
+	}
+	if c.MaxAhead == 0 {
+		c.MaxAhead = c.Lead + c.MaxSkew
+	}
+	if c.ReapAfter == 0 {
+		c.ReapAfter = DefaultReapAfter
+	}
+	if c.ReconcileInterval == 0 {
+		c.ReconcileInterval = DefaultReconcileInterval
+	}
+	if c.JoinRetryInterval == 0 {
+		c.JoinRetryInterval = DefaultJoinRetryInterval
+	}
+	if c.BootstrapExpect == 0 {
+		c.BootstrapExpect = 1
+	}
+	if c.Layout == (generator.Layout{}) {
+		c.Layout = generator.DefaultLayout()
+	}
+	if c.Clock == nil {
+		c.Clock = generator.SystemClock()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.RaftAdvertise == "" {
+		c.RaftAdvertise = c.RaftAddr
+	}
+	if c.GossipAdvertise == "" {
+		c.GossipAdvertise = c.GossipAddr
+	}
+}
+
+// Validate reports the first setting that is out of range.
+func (c *Config) Validate() error {
+	if c.DataDir == "" {
+		return errors.New("data dir is required")
+	}
+	if err := c.Layout.Validate(); err != nil {
+		return fmt.Errorf("layout: %w", err)
+	}
+	if c.BootstrapExpect < 1 || c.BootstrapExpect > c.Layout.Slots() {
+		return fmt.Errorf("bootstrap-expect %d out of range 1..%d", c.BootstrapExpect, c.Layout.Slots())
+	}
+	dcs := 1 << c.Layout.DatacenterBits
+	if c.Datacenter < -1 || c.Datacenter >= dcs {
+		return fmt.Errorf("datacenter %d out of range -1..%d", c.Datacenter, dcs-1)
+	}
+	if c.Lead < c.Layout.Unit {
+		return fmt.Errorf("lead %v must be at least one layout unit (%v)", c.Lead, c.Layout.Unit)
+	}
+	if c.MaxAhead < c.Lead {
+		return fmt.Errorf("max-ahead %v must be at least the lead %v", c.MaxAhead, c.Lead)
+	}
+	if c.MaxSkew <= 0 {
+		return fmt.Errorf("max-skew %v must be positive", c.MaxSkew)
+	}
+	if c.ReapAfter < time.Second {
+		return fmt.Errorf("reap-after %v must be at least 1s", c.ReapAfter)
+	}
+	if c.RaftAddr == "" || c.GossipAddr == "" {
+		return errors.New("raft and gossip addresses are required")
+	}
+	return nil
+}
+
+// Node is one idgend cluster member: Raft, gossip, the leader loop and the
+// slot agent.
+type Node struct {
+	cfg    Config
+	id     string
+	logger *slog.Logger
+	clock  *offsetClock
+
+	fsm    *fsm
+	rs     *raftStore
+	gossip *gossip
+
+	gen        atomic.Pointer[generator.Generator]
+	claimIndex atomic.Uint64
+	reason     atomic.Pointer[string]
+	skew       atomic.Int64 // this node's clock minus the leader's, ns
+
+	leaderState leaderState
+
+	shutdownOnce sync.Once
+	shutdownCh   chan struct{}
+	leaving      atomic.Bool
+	wg           sync.WaitGroup
+}
+
+// Open starts a node: it opens the data dir, Raft and gossip, and starts the
+// background loops. Existing Raft state decides whether it bootstraps.
+func Open(cfg Config) (*Node, error) {
+	cfg.applyDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	id, err := openDataDir(cfg.DataDir, cfg.Layout)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Name == "" {
+		cfg.Name = id[:8]
+	}
+	logger := cfg.Logger.With("node", cfg.Name)
+	n := &Node{
+		cfg:        cfg,
+		id:         id,
+		logger:     logger,
+		clock:      &offsetClock{base: cfg.Clock},
+		fsm:        newFSM(),
+		shutdownCh: make(chan struct{}),
+	}
+	n.setReason("starting")
+	n.rs, err = openRaft(&n.cfg, id, n.fsm, logger)
+	if err != nil {
+		return nil, err
+	}
+	n.gossip, err = openGossip(&n.cfg, id, meta{
+		Name: cfg.Name, GRPCAddr: cfg.GRPCAddr, RaftAddr: cfg.RaftAdvertise, HTTPAddr: cfg.HTTPAddr,
+		Version: cfg.Version, Member: n.rs.hadState, Expect: cfg.BootstrapExpect,
+	}, logger)
+	if err != nil {
+		n.rs.close()
+		return nil, err
+	}
+	logger.Info("node started", "id", id, "raft", cfg.RaftAdvertise, "gossip", cfg.GossipAdvertise,
+		"existing_state", n.rs.hadState, "bootstrap_expect", cfg.BootstrapExpect, "layout", cfg.Layout.String())
+
+	n.goLoop(n.monitorLeadership)
+	n.goLoop(n.runAgent)
+	n.goLoop(n.housekeeping)
+	if !n.rs.hadState {
+		n.goLoop(n.bootstrap)
+	}
+	return n, nil
+}
+
+func (n *Node) goLoop(f func()) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		f()
+	}()
+}
+
+// ID is the node's persistent identity (its Raft server ID and gossip name).
+func (n *Node) ID() string { return n.id }
+
+// Name is the node's human label.
+func (n *Node) Name() string { return n.cfg.Name }
+
+// Layout is the node's configured ID layout.
+func (n *Node) Layout() generator.Layout { return n.cfg.Layout }
+
+// Done is closed when the node has shut down (after Close or Leave).
+func (n *Node) Done() <-chan struct{} { return n.shutdownCh }
+
+// Close stops the node without leaving the cluster: its slot stays its own,
+// so a restart from the same data dir carries on.
+func (n *Node) Close() error {
+	var err error
+	n.shutdownOnce.Do(func() {
+		close(n.shutdownCh)
+		if g := n.gen.Load(); g != nil {
+			g.Revoke(ErrShutdown)
+		}
+		n.wg.Wait()
+		if gerr := n.gossip.shutdown(); gerr != nil {
+			err = gerr
+		}
+		if rerr := n.rs.close(); rerr != nil && err == nil {
+			err = rerr
+		}
+		n.logger.Info("node stopped")
+	})
+	return err
+}
+
+func (n *Node) setReason(r string) {
+	n.reason.Store(&r)
+}
+
+// housekeeping retries the join seeds and keeps the gossip metadata current.
+func (n *Node) housekeeping() {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var lastJoin time.Time
+	for {
+		if len(n.cfg.Join) > 0 && time.Since(lastJoin) >= n.cfg.JoinRetryInterval {
+			lastJoin = time.Now()
+			if c, err := n.gossip.join(n.cfg.Join, n.cfg.GossipAdvertise); err != nil {
+				n.logger.Debug("gossip join", "seeds", n.cfg.Join, "contacted", c, "err", err)
+			}
+		}
+		member := n.inRaftConfig(n.id)
+		skewMS := n.skew.Load() / int64(time.Millisecond)
+		n.gossip.updateMeta(func(m *meta) {
+			m.Member = m.Member || member
+			m.SkewMS = skewMS / 100 * 100 // gossip only changes of 100 ms or more
+		})
+		select {
+		case <-n.shutdownCh:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// inRaftConfig reports whether id is a server in the latest Raft configuration.
+func (n *Node) inRaftConfig(id string) bool {
+	f := n.rs.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == id {
+			return true
+		}
+	}
+	return false
+}
+
+// Ready reports whether the node can issue IDs now, and why not.
+func (n *Node) Ready() (bool, string) {
+	if n.leaving.Load() {
+		return false, "leaving the cluster"
+	}
+	g := n.gen.Load()
+	if g == nil {
+		return false, *n.reason.Load()
+	}
+	if r := *n.reason.Load(); r != "" {
+		return false, r
+	}
+	if _, id := n.rs.raft.LeaderWithID(); id == "" {
+		return false, "no raft leader known"
+	}
+	if g.Granted() < g.Head() {
+		return false, fmt.Sprintf("no room to issue: granted window ends at %d, issuing at %d; waiting for the leader", g.Granted(), g.Head())
+	}
+	return true, ""
+}
+
+// NextBatch mints n IDs from the node's slot.
+func (n *Node) NextBatch(ctx context.Context, count int) ([]int64, int, error) {
+	g := n.gen.Load()
+	if g == nil {
+		return nil, -1, fmt.Errorf("%w: %s", ErrNotReady, *n.reason.Load())
+	}
+	ids, err := g.NextBatch(ctx, count)
+	return ids, g.Slot(), err
+}
+
+// Status is the node's view of itself.
+func (n *Node) Status() Status {
+	ok, reason := n.Ready()
+	st := Status{
+		ID: n.id, Name: n.cfg.Name, Slot: -1, Ready: ok, Reason: reason,
+		RaftState: n.rs.raft.State().String(), Layout: n.cfg.Layout,
+		AppliedIndex: n.rs.raft.AppliedIndex(), LastIndex: n.rs.raft.LastIndex(),
+	}
+	addr, id := n.rs.raft.LeaderWithID()
+	st.LeaderID, st.LeaderAddr = string(id), string(addr)
+	if g := n.gen.Load(); g != nil {
+		st.Slot, st.Granted, st.Cursor, st.Floor, st.IDsIssued = g.Slot(), g.Granted(), g.Cursor(), g.Floor(), g.Issued()
+	}
+	return st
+}
+
+// Members lists every node known to gossip, Raft or the replicated state.
+func (n *Node) Members() ([]MemberInfo, string) {
+	byID := map[string]*MemberInfo{}
+	get := func(id string) *MemberInfo {
+		m, ok := byID[id]
+		if !ok {
+			m = &MemberInfo{ID: id, Slot: -1, RaftRole: "none", GossipState: "unknown"}
+			byID[id] = m
+		}
+		return m
+	}
+	now := n.clock.Now()
+	n.fsm.view(func(s *state) {
+		for _, id := range s.sortedNodeIDs() {
+			info := s.Nodes[id]
+			m := get(id)
+			m.Name, m.RaftAddr, m.GossipAddr, m.GRPCAddr, m.HTTPAddr = info.Name, info.RaftAddr, info.GossipAddr, info.GRPCAddr, info.HTTPAddr
+		}
+		for i, sl := range s.Slots {
+			if sl.Owner != "" {
+				m := get(sl.Owner)
+				m.Slot = i
+				m.GrantedLead = s.Layout.Time(sl.HighWater).Add(s.Layout.Unit).Sub(now)
+			}
+		}
+	})
+	for id, gm := range n.gossip.snapshot() {
+		m := get(id)
+		m.GossipState = gm.State
+		m.GossipAddr = gm.Addr
+		if gm.Parsed {
+			m.Name, m.GRPCAddr, m.RaftAddr, m.HTTPAddr = gm.Meta.Name, gm.Meta.GRPCAddr, gm.Meta.RaftAddr, gm.Meta.HTTPAddr
+			m.ClockSkew = time.Duration(gm.Meta.SkewMS) * time.Millisecond
+		}
+	}
+	_, leader := n.rs.raft.LeaderWithID()
+	if f := n.rs.raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			m := get(string(s.ID))
+			if m.RaftAddr == "" {
+				m.RaftAddr = string(s.Address)
+			}
+			switch {
+			case s.ID == leader:
+				m.RaftRole = "leader"
+			case s.Suffrage == raft.Voter:
+				m.RaftRole = "voter"
+			default:
+				m.RaftRole = "nonvoter"
+			}
+		}
+	}
+	out := make([]MemberInfo, 0, len(byID))
+	for _, m := range byID {
+		out = append(out, *m)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, string(leader)
+}
+
+// History returns every slot tenure recorded by the replicated state.
+func (n *Node) History(ctx context.Context) ([]Tenure, error) {
+	var out []Tenure
+	n.fsm.view(func(s *state) { out = append(out, s.Tenures...) })
+	return out, nil
+}
+
+// Join gossip-joins the given addresses.
+func (n *Node) Join(addrs []string) (int, error) {
+	if len(addrs) == 0 {
+		return 0, errors.New("join needs at least one gossip address")
+	}
+	c, err := n.gossip.list.Join(addrs)
+	if err != nil {
+		return c, fmt.Errorf("gossip join %v: contacted %d: %w", addrs, c, err)
+	}
+	return c, nil
+}
+
+// SetClockOffset moves the node's clock (fault injection for chaos tests).
+func (n *Node) SetClockOffset(d time.Duration) error {
+	if !n.cfg.EnableFaultInjection {
+		return ErrFaultInjectionDisabled
+	}
+	n.clock.offset.Store(int64(d))
+	n.logger.Warn("fault injection: clock offset set", "offset", d)
+	return nil
+}
+
+// offsetClock adds a settable offset to a base clock (fault injection).
+type offsetClock struct {
+	base   generator.Clock
+	offset atomic.Int64
+}
+
+func (c *offsetClock) Now() time.Time {
+	return c.base.Now().Add(time.Duration(c.offset.Load()))
+}

@@ -1,0 +1,213 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/idgen/idgen/generator"
+)
+
+const (
+	nodeIDFile  = "node-id"
+	layoutFile  = "layout.json"
+	raftDBFile  = "raft.db"
+	snapshotDir = "snapshots"
+)
+
+// openDataDir makes sure dir is a writable data dir and returns the node ID
+// stored in it, creating one on first start. It also pins the layout the data
+// was written with, so a restart with another layout is refused.
+func openDataDir(dir string, layout generator.Layout) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	probe, err := os.CreateTemp(dir, ".write-probe-*")
+	if err != nil {
+		return "", fmt.Errorf("data dir %s is not writable: %w", dir, err)
+	}
+	probe.Close()
+	os.Remove(probe.Name())
+
+	id, err := readOrCreate(filepath.Join(dir, nodeIDFile), func() ([]byte, error) {
+		var b [16]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, err
+		}
+		return []byte(hex.EncodeToString(b[:])), nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("node id: %w", err)
+	}
+	stored, err := readOrCreate(filepath.Join(dir, layoutFile), func() ([]byte, error) {
+		return json.Marshal(layout)
+	})
+	if err != nil {
+		return "", fmt.Errorf("layout: %w", err)
+	}
+	var was generator.Layout
+	if err := json.Unmarshal(stored, &was); err != nil {
+		return "", fmt.Errorf("layout file in %s: %w", dir, err)
+	}
+	if was != layout {
+		return "", fmt.Errorf("%w: data dir %s was written with layout %s, this node is configured with %s; start with the old layout or a new data dir",
+			ErrLayoutMismatch, dir, was, layout)
+	}
+	return string(id), nil
+}
+
+// readOrCreate returns the trimmed content of path, writing make's output
+// there first (atomically, fsynced) when it does not exist.
+func readOrCreate(path string, make func() ([]byte, error)) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		return bytes.TrimSpace(b), nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	b, err = make()
+	if err != nil {
+		return nil, err
+	}
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := f.Close(); err != nil {
+		return nil, err
+	}
+	return b, os.Rename(tmp, path)
+}
+
+// raftStore bundles Raft with the stores it was opened on.
+type raftStore struct {
+	raft      *raft.Raft
+	transport *raft.NetworkTransport
+	boltStore *raftboltdb.BoltStore
+	notifyCh  chan bool
+	// hadState is true when the data dir already held Raft state at start.
+	hadState bool
+}
+
+func openRaft(cfg *Config, nodeID string, f *fsm, logger *slog.Logger) (*raftStore, error) {
+	hl := newHCLogger("raft", logger)
+	advertise, err := net.ResolveTCPAddr("tcp", cfg.RaftAdvertise)
+	if err != nil {
+		return nil, fmt.Errorf("raft advertise address %q: %w", cfg.RaftAdvertise, err)
+	}
+	transport, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, advertise, 3, 10*time.Second, hl)
+	if err != nil {
+		return nil, fmt.Errorf("raft transport on %s: %w", cfg.RaftAddr, err)
+	}
+	rdir := filepath.Join(cfg.DataDir, "raft")
+	if err := os.MkdirAll(rdir, 0o755); err != nil {
+		transport.Close()
+		return nil, err
+	}
+	// fsync stays on (NoSync false): a grant acknowledged by a quorum must
+	// survive power loss, or a restarted quorum could grant it again.
+	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(rdir, raftDBFile)})
+	if err != nil {
+		transport.Close()
+		return nil, fmt.Errorf("open raft log: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(rdir, 2, hl)
+	if err != nil {
+		bolt.Close()
+		transport.Close()
+		return nil, fmt.Errorf("open snapshot store: %w", err)
+	}
+	hadState, err := raft.HasExistingState(bolt, bolt, snaps)
+	if err != nil {
+		bolt.Close()
+		transport.Close()
+		return nil, err
+	}
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(nodeID)
+	rc.Logger = hl
+	if cfg.SnapshotThreshold > 0 {
+		rc.SnapshotThreshold = cfg.SnapshotThreshold
+		rc.TrailingLogs = cfg.SnapshotThreshold / 2
+	}
+	if cfg.SnapshotInterval > 0 {
+		rc.SnapshotInterval = cfg.SnapshotInterval
+	}
+	notifyCh := make(chan bool, 8)
+	rc.NotifyCh = notifyCh
+	r, err := raft.NewRaft(rc, f, bolt, bolt, snaps, transport)
+	if err != nil {
+		bolt.Close()
+		transport.Close()
+		return nil, fmt.Errorf("start raft: %w", err)
+	}
+	return &raftStore{raft: r, transport: transport, boltStore: bolt, notifyCh: notifyCh, hadState: hadState}, nil
+}
+
+func (s *raftStore) close() error {
+	err := s.raft.Shutdown().Error()
+	if cerr := s.boltStore.Close(); err == nil {
+		err = cerr
+	}
+	if cerr := s.transport.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// newHCLogger routes a hashicorp library's hclog output into slog.
+func newHCLogger(name string, logger *slog.Logger) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{
+		Name:   name,
+		Level:  hclog.Info,
+		Output: &slogWriter{logger: logger.With("component", name)},
+	})
+}
+
+// slogWriter turns hclog and std log lines ("... [WARN]  raft: msg: k=v") into slog records.
+type slogWriter struct{ logger *slog.Logger }
+
+func (w *slogWriter) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	level := slog.LevelInfo
+	for tag, l := range map[string]slog.Level{"[ERROR]": slog.LevelError, "[ERR]": slog.LevelError, "[WARN]": slog.LevelWarn, "[DEBUG]": slog.LevelDebug, "[TRACE]": slog.LevelDebug} {
+		if i := strings.Index(line, tag); i >= 0 {
+			level = l
+			line = strings.TrimSpace(line[i+len(tag):])
+			break
+		}
+	}
+	if i := strings.Index(line, "[INFO]"); i >= 0 {
+		line = strings.TrimSpace(line[i+len("[INFO]"):])
+	}
+	w.logger.Log(context.Background(), level, line)
+	return len(p), nil
+}
+
+var _ io.Writer = (*slogWriter)(nil)
