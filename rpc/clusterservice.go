@@ -1,0 +1,140 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/idgen/idgen/cluster"
+	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
+)
+
+type clusterService struct {
+	idgenv1.UnimplementedClusterServiceServer
+	s *Server
+}
+
+func (h *clusterService) Members(ctx context.Context, _ *idgenv1.MembersRequest) (*idgenv1.MembersResponse, error) {
+	members, leader := h.s.backend.Members()
+	out := &idgenv1.MembersResponse{LeaderId: leader, Members: make([]*idgenv1.Member, 0, len(members))}
+	for _, m := range members {
+		out.Members = append(out.Members, memberToProto(m))
+	}
+	return out, nil
+}
+
+func memberToProto(m cluster.MemberInfo) *idgenv1.Member {
+	return &idgenv1.Member{
+		Id:            m.ID,
+		Name:          m.Name,
+		GrpcAddr:      m.GRPCAddr,
+		RaftAddr:      m.RaftAddr,
+		GossipAddr:    m.GossipAddr,
+		HttpAddr:      m.HTTPAddr,
+		Slot:          int32(m.Slot),
+		RaftRole:      m.RaftRole,
+		GossipState:   m.GossipState,
+		GrantedLeadMs: m.GrantedLead.Milliseconds(),
+		ClockSkewMs:   m.ClockSkew.Milliseconds(),
+	}
+}
+
+func (h *clusterService) Status(ctx context.Context, _ *idgenv1.StatusRequest) (*idgenv1.StatusResponse, error) {
+	return statusToProto(h.s.backend.Status()), nil
+}
+
+func statusToProto(st cluster.Status) *idgenv1.StatusResponse {
+	return &idgenv1.StatusResponse{
+		Id:               st.ID,
+		Name:             st.Name,
+		Slot:             int32(st.Slot),
+		Ready:            st.Ready,
+		Reason:           st.Reason,
+		RaftState:        st.RaftState,
+		LeaderId:         st.LeaderID,
+		LeaderAddr:       st.LeaderAddr,
+		Granted:          st.Granted,
+		Cursor:           st.Cursor,
+		Floor:            st.Floor,
+		IdsIssued:        st.IDsIssued,
+		Layout:           st.Layout.String(),
+		RaftAppliedIndex: st.AppliedIndex,
+		RaftLastIndex:    st.LastIndex,
+	}
+}
+
+func (h *clusterService) Join(ctx context.Context, req *idgenv1.JoinRequest) (*idgenv1.JoinResponse, error) {
+	var addrs []string
+	for _, a := range req.GetAddrs() {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	if len(addrs) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "join needs at least one gossip address (host:port of another node's --gossip-addr)")
+	}
+	n, err := h.s.backend.Join(addrs)
+	if err != nil {
+		return nil, ToStatus(fmt.Errorf("%w: %v: %w (check that they are --gossip-addr addresses of running nodes)", errJoin, addrs, err))
+	}
+	return &idgenv1.JoinResponse{Contacted: int32(n)}, nil
+}
+
+// Leave returns once the node has left; the binary exits after the response
+// is sent (see Server.Left).
+func (h *clusterService) Leave(ctx context.Context, _ *idgenv1.LeaveRequest) (*idgenv1.LeaveResponse, error) {
+	if err := h.s.backend.Leave(ctx); err != nil {
+		return nil, ToStatus(fmt.Errorf("leave: %w", err))
+	}
+	h.s.log.Info("node left the cluster on request")
+	h.s.markLeft()
+	return &idgenv1.LeaveResponse{}, nil
+}
+
+func (h *clusterService) Remove(ctx context.Context, req *idgenv1.RemoveRequest) (*idgenv1.RemoveResponse, error) {
+	node := strings.TrimSpace(req.GetNode())
+	if node == "" {
+		return nil, status.Error(codes.InvalidArgument, "remove needs a node ID or name (see idctl members)")
+	}
+	id, freed, err := h.s.backend.Remove(ctx, node)
+	if err != nil {
+		return nil, ToStatus(fmt.Errorf("remove %q: %w", node, err))
+	}
+	h.s.log.Info("removed node on request", "node", node, "id", id, "freed_slot", freed)
+	return &idgenv1.RemoveResponse{Id: id, FreedSlot: int32(freed)}, nil
+}
+
+func (h *clusterService) History(ctx context.Context, _ *idgenv1.HistoryRequest) (*idgenv1.HistoryResponse, error) {
+	tenures, err := h.s.backend.History(ctx)
+	if err != nil {
+		return nil, ToStatus(fmt.Errorf("history: %w", err))
+	}
+	out := &idgenv1.HistoryResponse{
+		Layout:  h.s.backend.Status().Layout.String(),
+		Tenures: make([]*idgenv1.Tenure, 0, len(tenures)),
+	}
+	for _, t := range tenures {
+		out.Tenures = append(out.Tenures, &idgenv1.Tenure{
+			Slot:          uint32(t.Slot),
+			NodeId:        t.NodeID,
+			Floor:         t.Floor,
+			Granted:       t.Granted,
+			ClaimedIndex:  t.ClaimedIndex,
+			ReleasedIndex: t.ReleasedIndex,
+		})
+	}
+	return out, nil
+}
+
+func (h *clusterService) Fault(ctx context.Context, req *idgenv1.FaultRequest) (*idgenv1.FaultResponse, error) {
+	ms := req.GetClockOffsetMs()
+	if err := h.s.backend.SetClockOffset(time.Duration(ms) * time.Millisecond); err != nil {
+		return nil, ToStatus(err)
+	}
+	h.s.log.Warn("fault injection: clock offset set", "offset_ms", ms)
+	return &idgenv1.FaultResponse{ClockOffsetMs: ms}, nil
+}

@@ -1,0 +1,101 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/idgen/idgen/cluster"
+	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
+)
+
+type idService struct {
+	idgenv1.UnimplementedIDServiceServer
+	s *Server
+}
+
+// GetIDBatch serves count 0 (or the default size) from the prefetch buffer and
+// mints any other count directly.
+func (h *idService) GetIDBatch(ctx context.Context, req *idgenv1.GetIDBatchRequest) (*idgenv1.GetIDBatchResponse, error) {
+	s := h.s
+	n := int(req.GetCount())
+	if n > s.cfg.MaxCount {
+		return nil, status.Errorf(codes.InvalidArgument,
+			"count %d is over the maximum of %d IDs per call: ask for at most %d, or 0 for the node's default of %d",
+			n, s.cfg.MaxCount, s.cfg.MaxCount, s.cfg.BatchSize)
+	}
+	var (
+		ids    []int64
+		slot   int
+		err    error
+		source = "direct"
+	)
+	if n == 0 || n == s.cfg.BatchSize {
+		source = "buffer"
+		ids, slot, err = s.takeBuffered(ctx)
+	} else {
+		ids, slot, err = s.backend.NextBatch(ctx, n)
+	}
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			// The caller's deadline passed while waiting for IDs: no room.
+			err = fmt.Errorf("%w: %w", errNoRoom, err)
+		}
+		return nil, ToStatus(err)
+	}
+	if slot < 0 {
+		return nil, status.Errorf(codes.Internal, "minted %d IDs without a slot", len(ids))
+	}
+	s.metrics.idsIssued.Add(float64(len(ids)))
+	s.metrics.batchesServed.WithLabelValues(source).Inc()
+	return &idgenv1.GetIDBatchResponse{Ids: ids, Slot: uint32(slot), Node: s.cfg.NodeName}, nil
+}
+
+// takeBuffered takes one batch from the buffer. Batches there were minted
+// inside a granted window, so they stay safe to hand out after the node loses
+// readiness; but a node that is not ready does not make the caller wait for
+// new ones, it answers Unavailable so the client retries another node.
+func (s *Server) takeBuffered(ctx context.Context) ([]int64, int, error) {
+	if ok, reason := s.backend.Ready(); !ok {
+		notReady := fmt.Errorf("%w: %s", cluster.ErrNotReady, reason)
+		if s.buf.Len() == 0 {
+			return nil, -1, notReady
+		}
+		short, cancel := context.WithTimeout(ctx, notReadyTakeWait)
+		defer cancel()
+		ids, err := s.buf.Take(short)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, -1, err
+			}
+			return nil, -1, notReady
+		}
+		return s.withSlot(ids)
+	}
+	ids, err := s.buf.Take(ctx)
+	if err != nil {
+		return nil, -1, err
+	}
+	return s.withSlot(ids)
+}
+
+// withSlot recovers the slot a buffered batch was minted with from its first
+// ID; all IDs of one batch share it.
+func (s *Server) withSlot(ids []int64) ([]int64, int, error) {
+	if len(ids) == 0 {
+		return nil, -1, errors.New("empty batch in the prefetch buffer")
+	}
+	layout, err := s.layoutForSlot()
+	if err != nil {
+		return nil, -1, fmt.Errorf("decode slot of buffered batch: %w", err)
+	}
+	parts, err := layout.Decompose(ids[0])
+	if err != nil {
+		return nil, -1, fmt.Errorf("decode slot of buffered batch: %w", err)
+	}
+	return ids, parts.Slot, nil
+}
+

@@ -1,0 +1,138 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	"github.com/idgen/idgen/generator"
+)
+
+const metricsNamespace = "idgen"
+
+// raftStates are the values idgen_raft_state always reports, so a state that
+// is not current shows as 0 rather than vanishing.
+var raftStates = []string{"follower", "candidate", "leader", "shutdown"}
+
+type metrics struct {
+	idsIssued     prometheus.Counter
+	batchesServed *prometheus.CounterVec
+	rpcDuration   *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer, backend Backend, buf *generator.Buffer) (*metrics, error) {
+	m := &metrics{
+		idsIssued: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Name: "ids_issued_total",
+			Help: "IDs handed out by GetIDBatch.",
+		}),
+		batchesServed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Name: "batches_served_total",
+			Help: "GetIDBatch calls answered with IDs, by source (buffer or direct).",
+		}, []string{"source"}),
+		rpcDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: metricsNamespace, Name: "rpc_duration_seconds",
+			Help:    "Unary gRPC call latency by method and status code.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"method", "code"}),
+	}
+	bufferDepth := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: metricsNamespace, Name: "buffer_depth",
+		Help: "Batches ready in the prefetch buffer.",
+	}, func() float64 { return float64(buf.Len()) })
+	bufferCap := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: metricsNamespace, Name: "buffer_capacity",
+		Help: "Batches the prefetch buffer holds when full.",
+	}, func() float64 { return float64(buf.Cap()) })
+	for _, c := range []prometheus.Collector{m.idsIssued, m.batchesServed, m.rpcDuration, bufferDepth, bufferCap, newStatusCollector(backend)} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("rpc: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) unaryInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		start := time.Now()
+		resp, err := handler(ctx, req)
+		m.rpcDuration.WithLabelValues(info.FullMethod, status.Code(err).String()).Observe(time.Since(start).Seconds())
+		return resp, err
+	}
+}
+
+// statusCollector reads Backend.Status and Ready once per scrape, so the
+// gauges never go stale and cost nothing between scrapes.
+type statusCollector struct {
+	backend        Backend
+	ready          *prometheus.Desc
+	slot           *prometheus.Desc
+	grantedLead    *prometheus.Desc
+	raftState      *prometheus.Desc
+	layoutLeft     *prometheus.Desc
+	idsIssuedTotal *prometheus.Desc
+}
+
+func newStatusCollector(b Backend) *statusCollector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, "", name), help, labels, nil)
+	}
+	return &statusCollector{
+		backend:        b,
+		ready:          d("ready", "1 while the node is ready to issue IDs (slot held, room, leader known, clock within skew)."),
+		slot:           d("slot", "Slot held by the node, -1 for none."),
+		grantedLead:    d("granted_lead_seconds", "How far the granted high-water mark is ahead of this node's clock; negative when behind."),
+		raftState:      d("raft_state", "1 for the node's current Raft state.", "state"),
+		layoutLeft:     d("layout_seconds_remaining", "Seconds until the layout's timestamp field runs out."),
+		idsIssuedTotal: d("node_ids_minted_total", "IDs minted by this node's generator since start, as the node reports."),
+	}
+}
+
+func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.ready, c.slot, c.grantedLead, c.raftState, c.layoutLeft, c.idsIssuedTotal} {
+		ch <- d
+	}
+}
+
+func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
+	ok, _ := c.backend.Ready()
+	st := c.backend.Status()
+	now := time.Now()
+	ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, boolFloat(ok))
+	ch <- prometheus.MustNewConstMetric(c.slot, prometheus.GaugeValue, float64(st.Slot))
+	ch <- prometheus.MustNewConstMetric(c.idsIssuedTotal, prometheus.CounterValue, float64(st.IDsIssued))
+
+	current := strings.ToLower(st.RaftState)
+	known := false
+	for _, s := range raftStates {
+		known = known || s == current
+		ch <- prometheus.MustNewConstMetric(c.raftState, prometheus.GaugeValue, boolFloat(s == current), s)
+	}
+	if !known && current != "" {
+		ch <- prometheus.MustNewConstMetric(c.raftState, prometheus.GaugeValue, 1, current)
+	}
+
+	if st.Layout.Validate() != nil {
+		return // no cluster layout yet
+	}
+	ch <- prometheus.MustNewConstMetric(c.layoutLeft, prometheus.GaugeValue, st.Layout.ExhaustedAt().Sub(now).Seconds())
+	lead := 0.0
+	if st.Slot >= 0 {
+		// Granted is the last unit the node may stamp; its window ends where
+		// the next unit begins.
+		lead = st.Layout.Time(st.Granted + 1).Sub(now).Seconds()
+	}
+	ch <- prometheus.MustNewConstMetric(c.grantedLead, prometheus.GaugeValue, lead)
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

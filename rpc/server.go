@@ -1,0 +1,308 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/generator"
+	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
+)
+
+// Defaults for ServerConfig fields left zero.
+const (
+	// DefaultBatchSize is the batch served for count 0: about one second of a
+	// busy shortener's demand (SPEC.md's 1,160 IDs/s), rounded down.
+	DefaultBatchSize = 1000
+	// DefaultBufferDepth is how many default batches are kept minted ahead.
+	DefaultBufferDepth = 4
+	// DefaultMaxCount is the largest count one GetIDBatch accepts: the
+	// generator's own maximum (about five seconds of one node's capacity).
+	DefaultMaxCount = generator.MaxBatch
+	// DefaultReadyPollInterval is how often health follows Backend.Ready.
+	DefaultReadyPollInterval = 250 * time.Millisecond
+)
+
+// IDServiceName is the health service name that is SERVING only while the
+// node is ready to issue IDs. Service "" reports the process alive.
+const IDServiceName = "idgen.v1.IDService"
+
+// notReadyTakeWait bounds how long a call waits for a buffered batch while the
+// node is not ready: buffered IDs are still safe to hand out, but a caller is
+// better served by a quick Unavailable (and a retry elsewhere) than by a wait.
+const notReadyTakeWait = 50 * time.Millisecond
+
+// ServerConfig configures NewServer. Zero values take the defaults above.
+type ServerConfig struct {
+	// Backend is the node; required.
+	Backend Backend
+	// NodeName is reported in GetIDBatch responses.
+	NodeName string
+	// Logger receives call and lifecycle logs; nil means slog.Default().
+	Logger *slog.Logger
+	// BatchSize is the batch served for count 0 and kept in the buffer.
+	BatchSize int
+	// BufferDepth is the number of batches the buffer holds.
+	BufferDepth int
+	// MaxCount is the largest count accepted; at most generator.MaxBatch.
+	MaxCount int
+	// Registerer receives the metrics; nil keeps them in a private registry.
+	Registerer prometheus.Registerer
+	// ReadyPollInterval is how often health status follows Backend.Ready.
+	ReadyPollInterval time.Duration
+}
+
+func (c *ServerConfig) withDefaults() (ServerConfig, error) {
+	out := *c
+	if out.Backend == nil {
+		return out, errors.New("rpc: ServerConfig.Backend is required")
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	if out.BatchSize == 0 {
+		out.BatchSize = DefaultBatchSize
+	}
+	if out.BufferDepth == 0 {
+		out.BufferDepth = DefaultBufferDepth
+	}
+	if out.MaxCount == 0 {
+		out.MaxCount = DefaultMaxCount
+	}
+	if out.ReadyPollInterval == 0 {
+		out.ReadyPollInterval = DefaultReadyPollInterval
+	}
+	if out.Registerer == nil {
+		out.Registerer = prometheus.NewRegistry()
+	}
+	switch {
+	case out.MaxCount < 1 || out.MaxCount > generator.MaxBatch:
+		return out, fmt.Errorf("rpc: max count %d not in 1..%d", out.MaxCount, generator.MaxBatch)
+	case out.BatchSize < 1 || out.BatchSize > out.MaxCount:
+		return out, fmt.Errorf("rpc: batch size %d not in 1..%d (the max count)", out.BatchSize, out.MaxCount)
+	case out.BufferDepth < 1:
+		return out, fmt.Errorf("rpc: buffer depth %d, want at least 1", out.BufferDepth)
+	case out.ReadyPollInterval < 0:
+		return out, fmt.Errorf("rpc: ready poll interval %s is negative", out.ReadyPollInterval)
+	}
+	return out, nil
+}
+
+// Server is one node's gRPC endpoint: IDService, ClusterService, PeerService,
+// grpc.health.v1 and reflection on one grpc.Server, plus the prefetch buffer
+// GetIDBatch serves from.
+type Server struct {
+	cfg     ServerConfig
+	log     *slog.Logger
+	backend Backend
+	grpc    *grpc.Server
+	health  *health.Server
+	metrics *metrics
+
+	buf      *generator.Buffer
+	producer *generator.Producer
+	layout   atomic.Pointer[generator.Layout] // cached once the cluster has one
+
+	startOnce    sync.Once
+	shutdownOnce sync.Once
+	healthCtx    context.Context
+	stopHealth   context.CancelFunc
+	producerCtx  context.Context
+	stopProducer context.CancelFunc
+	bg           sync.WaitGroup
+
+	leftOnce sync.Once
+	left     chan struct{}
+
+	lastMintErr atomic.Int64 // unix nanos of the last logged producer error
+}
+
+// NewServer builds the gRPC server and registers every service and the
+// metrics. Nothing runs until Serve.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	buf, err := generator.NewBuffer(c.BufferDepth)
+	if err != nil {
+		return nil, fmt.Errorf("rpc: %w", err)
+	}
+	s := &Server{
+		cfg:     c,
+		log:     c.Logger,
+		backend: c.Backend,
+		buf:     buf,
+		health:  health.NewServer(),
+		left:    make(chan struct{}),
+	}
+	s.healthCtx, s.stopHealth = context.WithCancel(context.Background())
+	s.producerCtx, s.stopProducer = context.WithCancel(context.Background())
+	s.producer = generator.NewProducer(buf, c.BatchSize, s.mint, s.onMintError)
+
+	s.metrics, err = newMetrics(c.Registerer, c.Backend, buf)
+	if err != nil {
+		return nil, err
+	}
+
+	s.grpc = grpc.NewServer(
+		grpc.ChainUnaryInterceptor(
+			recoveryUnary(s.log),
+			s.metrics.unaryInterceptor(),
+			deadlineUnary(),
+			loggingUnary(s.log),
+		),
+		grpc.ChainStreamInterceptor(
+			recoveryStream(s.log),
+		),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             10 * time.Second,
+			PermitWithoutStream: true,
+		}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			// Probe idle clients so dead peers' connections are reclaimed.
+			Time:    30 * time.Second,
+			Timeout: 10 * time.Second,
+		}),
+	)
+	idgenv1.RegisterIDServiceServer(s.grpc, &idService{s: s})
+	idgenv1.RegisterClusterServiceServer(s.grpc, &clusterService{s: s})
+	idgenv1.RegisterPeerServiceServer(s.grpc, &peerService{s: s})
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.updateReadiness()
+	return s, nil
+}
+
+// Serve starts the producer and the health loop (on the first call) and
+// serves gRPC on lis until Shutdown. It returns nil after Shutdown.
+func (s *Server) Serve(lis net.Listener) error {
+	s.startOnce.Do(func() {
+		s.bg.Add(2)
+		go func() {
+			defer s.bg.Done()
+			s.producer.Run(s.producerCtx)
+		}()
+		go func() {
+			defer s.bg.Done()
+			s.healthLoop(s.healthCtx)
+		}()
+	})
+	return s.grpc.Serve(lis)
+}
+
+// Shutdown stops serving: health turns NOT_SERVING at once (so balancers move
+// away), in-flight calls finish within timeout, after which the rest are cut
+// off, and then the producer stops. It is safe to call more than once.
+func (s *Server) Shutdown(timeout time.Duration) {
+	s.shutdownOnce.Do(func() {
+		s.stopHealth()
+		s.health.Shutdown()
+		done := make(chan struct{})
+		go func() {
+			s.grpc.GracefulStop()
+			close(done)
+		}()
+		t := time.NewTimer(timeout)
+		select {
+		case <-done:
+			t.Stop()
+		case <-t.C:
+			s.log.Warn("graceful stop timed out; closing remaining calls", "timeout", timeout)
+			s.grpc.Stop()
+			<-done
+		}
+		s.stopProducer()
+		// Serve may never have run; then nothing was started.
+		s.startOnce.Do(func() {})
+		s.bg.Wait()
+	})
+}
+
+// Left is closed after a ClusterService.Leave call has made the node leave the
+// cluster. The binary then shuts down and exits 0; the Leave response goes out
+// during the graceful stop.
+func (s *Server) Left() <-chan struct{} { return s.left }
+
+// GRPCServer exposes the underlying server, e.g. for extra services in tests.
+func (s *Server) GRPCServer() *grpc.Server { return s.grpc }
+
+// healthLoop keeps the IDService health status in step with readiness.
+func (s *Server) healthLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.ReadyPollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.updateReadiness()
+		}
+	}
+}
+
+func (s *Server) updateReadiness() {
+	ok, reason := s.backend.Ready()
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ok {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	if prev, err := s.health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: IDServiceName}); err != nil || prev.GetStatus() != st {
+		s.log.Info("readiness changed", "ready", ok, "reason", reason)
+	}
+	s.health.SetServingStatus(IDServiceName, st)
+}
+
+// mint is the producer's source of batches.
+func (s *Server) mint(ctx context.Context, n int) ([]int64, error) {
+	ids, _, err := s.backend.NextBatch(ctx, n)
+	return ids, err
+}
+
+// onMintError logs producer failures, at most once a second: a node that is
+// not ready fails every attempt and would otherwise flood the log.
+func (s *Server) onMintError(err error) {
+	now := time.Now().UnixNano()
+	last := s.lastMintErr.Load()
+	if now-last < int64(time.Second) || !s.lastMintErr.CompareAndSwap(last, now) {
+		return
+	}
+	lvl := slog.LevelWarn
+	if errors.Is(err, cluster.ErrNotReady) {
+		lvl = slog.LevelDebug
+	}
+	s.log.Log(context.Background(), lvl, "prefetch producer could not mint", "err", err)
+}
+
+// layoutForSlot returns the cluster's layout, cached after the first valid one
+// (the layout is fixed for the cluster's lifetime).
+func (s *Server) layoutForSlot() (generator.Layout, error) {
+	if l := s.layout.Load(); l != nil {
+		return *l, nil
+	}
+	l := s.backend.Status().Layout
+	if err := l.Validate(); err != nil {
+		return l, err
+	}
+	s.layout.Store(&l)
+	return l, nil
+}
+
+func (s *Server) markLeft() {
+	s.leftOnce.Do(func() { close(s.left) })
+}
