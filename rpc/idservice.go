@@ -98,4 +98,3 @@ func (s *Server) withSlot(ids []int64) ([]int64, int, error) {
 	}
 	return ids, parts.Slot, nil
 }
-
