@@ -1,0 +1,141 @@
+// Package idclient is the Go client for idgen: it dials a multi-node target
+// with round-robin balancing, client health checking, keepalive, outlier
+// ejection and a bounded retry policy, and offers a Pool that prefetches
+// batches so that NextID usually costs no network call.
+//
+// Targets:
+//
+//	host1:50051,host2:50051,host3:50051   a fixed list of nodes
+//	dns:///idgen.internal:50051           every address DNS returns
+//
+// Any other target with a scheme ("passthrough:///…", "unix://…") is passed to
+// gRPC unchanged.
+package idclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	_ "google.golang.org/grpc/health" // client health checking; without it healthCheckConfig is silently ignored
+	"google.golang.org/grpc/keepalive"
+
+	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
+)
+
+// HealthService is the health service name a node reports SERVING only while
+// it can issue IDs; the client balances over those nodes only.
+const HealthService = "idgen.v1.IDService"
+
+// DefaultCallTimeout bounds one GetIDBatch call (all retries included) when
+// the caller's context has no earlier deadline.
+const DefaultCallTimeout = 2 * time.Second
+
+// serviceConfig: round robin with ejection over SERVING nodes; GetIDBatch is
+// retried on UNAVAILABLE at most 3 more times (4 attempts), with 50-400 ms of
+// jittered backoff, each retry going to the next node. Other codes are not
+// retried: ResourceExhausted means the deadline is spent, InvalidArgument will
+// not change.
+const serviceConfig = `{
+  "loadBalancingConfig": [{"` + balancerName + `": {}}],
+  "healthCheckConfig": {"serviceName": "` + HealthService + `"},
+  "methodConfig": [{
+    "name": [{"service": "idgen.v1.IDService"}],
+    "retryPolicy": {
+      "maxAttempts": 4,
+      "initialBackoff": "0.05s",
+      "maxBackoff": "0.4s",
+      "backoffMultiplier": 2,
+      "retryableStatusCodes": ["UNAVAILABLE"]
+    }
+  }]
+}`
+
+// Option configures Dial.
+type Option func(*options)
+
+type options struct {
+	callTimeout time.Duration
+	dialOpts    []grpc.DialOption
+}
+
+// WithCallTimeout sets the bound for one GetIDBatch call (default
+// DefaultCallTimeout). A caller's earlier deadline still wins.
+func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
+
+// WithDialOptions appends gRPC dial options (e.g. TLS credentials, which then
+// replace the default insecure ones).
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
+}
+
+// Client calls IDService on a set of idgen nodes. It is safe for concurrent use.
+type Client struct {
+	conn        *grpc.ClientConn
+	ids         idgenv1.IDServiceClient
+	callTimeout time.Duration
+}
+
+// Dial prepares a client for target (see the package doc for the forms). Like
+// grpc.NewClient it does not wait for a connection; the first call does.
+func Dial(target string, opts ...Option) (*Client, error) {
+	o := options{callTimeout: DefaultCallTimeout}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.callTimeout <= 0 {
+		return nil, fmt.Errorf("idclient: call timeout %s must be positive", o.callTimeout)
+	}
+	target = strings.TrimSpace(target)
+	if target == "" {
+		return nil, errors.New("idclient: empty target; want host:port[,host:port…] or dns:///name:port")
+	}
+	if !strings.Contains(target, "://") {
+		if _, err := parseList(target); err != nil {
+			return nil, err
+		}
+		target = listScheme + ":///" + target
+	}
+	dialOpts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithResolvers(listBuilder{}),
+		grpc.WithDefaultServiceConfig(serviceConfig),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{
+			Time:                20 * time.Second, // servers permit pings every 10 s
+			Timeout:             5 * time.Second,
+			PermitWithoutStream: true,
+		}),
+	}, o.dialOpts...)
+	conn, err := grpc.NewClient(target, dialOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("idclient: dial %q: %w", target, err)
+	}
+	return &Client{conn: conn, ids: idgenv1.NewIDServiceClient(conn), callTimeout: o.callTimeout}, nil
+}
+
+// GetIDBatch asks one node for count IDs (0: the node's default batch size).
+// Errors are gRPC statuses: Unavailable when no node could serve after the
+// retries, ResourceExhausted when no room was found within the deadline,
+// InvalidArgument for a count over the node's maximum.
+func (c *Client) GetIDBatch(ctx context.Context, count int) ([]int64, error) {
+	if count < 0 {
+		return nil, fmt.Errorf("idclient: negative count %d", count)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.callTimeout)
+	defer cancel()
+	resp, err := c.ids.GetIDBatch(ctx, &idgenv1.GetIDBatchRequest{Count: uint32(count)})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetIds(), nil
+}
+
+// Conn is the underlying connection, for the admin API or health checks.
+func (c *Client) Conn() *grpc.ClientConn { return c.conn }
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }

@@ -1,0 +1,300 @@
+package idclient
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/idgen/idgen/generator"
+	"github.com/idgen/idgen/rpc"
+)
+
+func threeNodes(t *testing.T) ([]*node, string) {
+	var nodes []*node
+	var addrs []string
+	for slot := 0; slot < 3; slot++ {
+		n := startNode(t, slot, rpc.ServerConfig{BatchSize: 50})
+		nodes = append(nodes, n)
+		addrs = append(addrs, n.addr)
+	}
+	return nodes, strings.Join(addrs, ",")
+}
+
+func dial(t *testing.T, target string, opts ...Option) *Client {
+	t.Helper()
+	c, err := Dial(target, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func slotOf(t *testing.T, id int64) int {
+	p, err := generator.DefaultLayout().Decompose(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Slot
+}
+
+func TestRoundRobinReachesAllNodes(t *testing.T) {
+	_, target := threeNodes(t)
+	c := dial(t, target)
+	seen := map[int]bool{}
+	waitFor(t, "IDs from all three slots", func() bool {
+		ids, err := c.GetIDBatch(context.Background(), 5)
+		if err != nil {
+			t.Fatalf("GetIDBatch: %v", err)
+		}
+		if len(ids) != 5 {
+			t.Fatalf("got %d ids", len(ids))
+		}
+		seen[slotOf(t, ids[0])] = true
+		return len(seen) == 3
+	})
+}
+
+func TestDNSTargetAndServiceConfigAccepted(t *testing.T) {
+	n := startNode(t, 1, rpc.ServerConfig{BatchSize: 10})
+	port := n.addr[strings.LastIndex(n.addr, ":")+1:]
+	c := dial(t, "dns:///127.0.0.1:"+port)
+	ids, err := c.GetIDBatch(context.Background(), 0)
+	if err != nil || len(ids) != 10 {
+		t.Fatalf("dns target: %d ids, %v", len(ids), err)
+	}
+	// The service config must have been applied, not rejected: the balancer
+	// in use is ours (health checking and ejection ride on it).
+	if _, err := Dial("h1:1,,h2:2"); err != nil {
+		t.Fatalf("list with an empty element: %v", err)
+	}
+	for _, bad := range []string{"", "nohostport", " , "} {
+		if _, err := Dial(bad); err == nil {
+			t.Errorf("Dial(%q) accepted", bad)
+		}
+	}
+}
+
+func TestCallsSucceedWhenANodeStops(t *testing.T) {
+	nodes, target := threeNodes(t)
+	c := dial(t, target)
+	seen := map[int]bool{}
+	waitFor(t, "all three nodes in use", func() bool {
+		ids, err := c.GetIDBatch(context.Background(), 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[slotOf(t, ids[0])] = true
+		return len(seen) == 3
+	})
+	nodes[1].srv.Shutdown(time.Second)
+	for i := 0; i < 200; i++ {
+		ids, err := c.GetIDBatch(context.Background(), 3)
+		if err != nil {
+			t.Fatalf("call %d after stopping a node: %v", i, err)
+		}
+		if slotOf(t, ids[0]) == 1 && i > 20 {
+			t.Fatalf("call %d still served by the stopped node", i)
+		}
+	}
+}
+
+func TestCallsSucceedWhenANodeIsNotReady(t *testing.T) {
+	nodes, target := threeNodes(t)
+	c := dial(t, target)
+	nodes[2].fake.setReady(false, "no slot")
+	for i := 0; i < 200; i++ {
+		ids, err := c.GetIDBatch(context.Background(), 4)
+		if err != nil {
+			t.Fatalf("call %d with a node not ready: %v", i, err)
+		}
+		if slotOf(t, ids[0]) == 2 {
+			t.Fatalf("call %d served by the node that is not ready", i)
+		}
+	}
+}
+
+func TestFailingNodeIsEjected(t *testing.T) {
+	nodes, target := threeNodes(t)
+	c := dial(t, target)
+	waitFor(t, "all three nodes SERVING", func() bool {
+		seen := map[int]bool{}
+		for i := 0; i < 6; i++ {
+			ids, err := c.GetIDBatch(context.Background(), 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen[slotOf(t, ids[0])] = true
+		}
+		return len(seen) == 3
+	})
+	// Healthy by its health check, but every call fails with Internal.
+	nodes[0].fake.setFail(errors.New("disk on fire"))
+	failures := 0
+	for i := 0; i < 100; i++ {
+		_, err := c.GetIDBatch(context.Background(), 2)
+		if err != nil {
+			if status.Code(err) != codes.Internal {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			failures++
+		}
+	}
+	if failures == 0 || failures > ejectAfterFailures {
+		t.Fatalf("%d failed calls; want 1..%d before ejection", failures, ejectAfterFailures)
+	}
+}
+
+func TestCallTimeout(t *testing.T) {
+	n := startNode(t, 1, rpc.ServerConfig{BatchSize: 10})
+	n.fake.setReady(false, "paused")
+	c := dial(t, n.addr, WithCallTimeout(300*time.Millisecond))
+	start := time.Now()
+	_, err := c.GetIDBatch(context.Background(), 0)
+	if err == nil {
+		t.Fatal("call to a node that is not ready succeeded")
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("call took %s with a 300ms call timeout", d)
+	}
+}
+
+func TestPoolConcurrentUniqueAndPrefetched(t *testing.T) {
+	nodes, target := threeNodes(t)
+	c := dial(t, target)
+	p, err := NewPool(c, PoolOptions{BatchSize: 100, Lookahead: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	// Prefetch happens before anyone asks.
+	waitFor(t, "lookahead filled", func() bool { return len(p.batches) == 3 })
+
+	const workers, each = 8, 500
+	var mu sync.Mutex
+	seen := make(map[int64]bool, workers*each)
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				id, err := p.NextID(ctx)
+				cancel()
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				dup := seen[id]
+				seen[id] = true
+				mu.Unlock()
+				if dup {
+					errs <- errors.New("duplicate ID")
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(seen) != workers*each {
+		t.Fatalf("%d unique IDs, want %d", len(seen), workers*each)
+	}
+	// One fetch per 100 IDs, plus the lookahead: no fetch per ID. (Nodes
+	// mint their own 50-ID default batches too; those are not the pool's.)
+	mints := 0
+	for _, n := range nodes {
+		mints += n.fake.mintCount(100)
+	}
+	if max := workers*each/100 + 3 + 2; mints > max {
+		t.Fatalf("%d fetches for %d IDs, want at most %d", mints, workers*each, max)
+	}
+	code, err := p.NextCode(context.Background())
+	if err != nil || code == "" {
+		t.Fatalf("NextCode = %q, %v", code, err)
+	}
+	if id, err := generator.Decode(code); err != nil || seen[id] {
+		t.Fatalf("code %q decodes to %d (%v), a fresh ID expected", code, id, err)
+	}
+}
+
+func TestPoolCloseKeepsFetchedIDs(t *testing.T) {
+	_, target := threeNodes(t)
+	c := dial(t, target)
+	p, err := NewPool(c, PoolOptions{BatchSize: 20, Lookahead: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "lookahead filled", func() bool { return len(p.batches) == 2 })
+	if _, err := p.NextID(context.Background()); err != nil { // 19 left in cur, 1 batch queued
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for {
+		_, err := p.NextID(context.Background())
+		if errors.Is(err, ErrPoolClosed) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got++
+		if got > 100 {
+			t.Fatal("pool keeps producing after Close")
+		}
+	}
+	// 19 from the current batch, 20 from each batch still queued (1 or 2,
+	// depending on whether the producer refilled before Close).
+	if got != 39 && got != 59 {
+		t.Fatalf("took %d IDs after Close, want 39 or 59", got)
+	}
+	if _, err := p.NextCode(context.Background()); !errors.Is(err, ErrPoolClosed) {
+		t.Fatalf("NextCode after drain: %v", err)
+	}
+	p.Close() // idempotent
+}
+
+func TestPoolSurfacesFetchError(t *testing.T) {
+	n := startNode(t, 1, rpc.ServerConfig{BatchSize: 10})
+	n.fake.setReady(false, "cluster full: all slots are owned")
+	// Long enough for all retries to run, so the fetch ends with the node's answer.
+	c := dial(t, n.addr, WithCallTimeout(2*time.Second))
+	p, err := NewPool(c, PoolOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	waitFor(t, "a fetch to fail", func() bool { return p.fetchErr() != nil })
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err = p.NextID(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("want the context's error, got %v", err)
+	}
+	if status.Code(p.fetchErr()) != codes.Unavailable || !strings.Contains(err.Error(), "Unavailable") {
+		t.Fatalf("want the Unavailable fetch error in %v", err)
+	}
+
+	// The producer keeps retrying: the caller gets IDs once the node is ready.
+	n.fake.setReady(true, "")
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	if _, err := p.NextID(ctx2); err != nil {
+		t.Fatalf("after recovery: %v", err)
+	}
+}
