@@ -26,7 +26,7 @@ type fakeNode struct {
 	counter int64
 	ready   bool
 	reason  string
-	failErr error // NextBatch fails with it while set (health stays SERVING)
+	failErr error       // NextBatch fails with it while set (health stays SERVING)
 	mints   map[int]int // NextBatch calls by n
 }
 
