@@ -69,8 +69,9 @@ func TestDNSTargetAndServiceConfigAccepted(t *testing.T) {
 	if err != nil || len(ids) != 10 {
 		t.Fatalf("dns target: %d ids, %v", len(ids), err)
 	}
-	// The service config must have been applied, not rejected: the balancer
-	// in use is ours (health checking and ejection ride on it).
+	// Dial parses the default service config: a bad one, or one whose only
+	// balancer is not registered, fails Dial. TestFailingNodeIsEjected shows
+	// the balancer is the one in use.
 	if _, err := Dial("h1:1,,h2:2"); err != nil {
 		t.Fatalf("list with an empty element: %v", err)
 	}
