@@ -285,6 +285,7 @@ func (n *Node) Leave(ctx context.Context) error {
 			return fmt.Errorf("leave raft: %w", err)
 		}
 	}
+	n.gossip.updateMeta(func(m *meta) { m.Leaving = true })
 	if err := n.gossip.leave(5 * time.Second); err != nil {
 		n.logger.Warn("leave: gossip", "err", err)
 	}

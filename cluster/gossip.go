@@ -27,6 +27,8 @@ type meta struct {
 	Expect int `json:"e"`
 	// SkewMS is the node's clock minus the leader's, as last measured.
 	SkewMS int64 `json:"s"`
+	// Leaving is set before a graceful leave, so others can tell left from dead.
+	Leaving bool `json:"l,omitempty"`
 }
 
 // gossipMember is a member as the node last saw it, including dead ones,
@@ -126,26 +128,26 @@ func (g *gossip) LocalState(join bool) []byte                { return nil }
 func (g *gossip) MergeRemoteState(buf []byte, join bool)     {}
 
 // NotifyJoin, NotifyLeave and NotifyUpdate implement memberlist.EventDelegate.
-func (g *gossip) NotifyJoin(n *memberlist.Node)   { g.record(n) }
-func (g *gossip) NotifyLeave(n *memberlist.Node)  { g.record(n) }
-func (g *gossip) NotifyUpdate(n *memberlist.Node) { g.record(n) }
+// memberlist hands NotifyLeave a Node whose State field is not updated (its
+// nodeState shadows it), so a leave is told from a death by the Leaving flag
+// the node gossips before it leaves.
+func (g *gossip) NotifyJoin(n *memberlist.Node)   { g.record(n, false) }
+func (g *gossip) NotifyLeave(n *memberlist.Node)  { g.record(n, true) }
+func (g *gossip) NotifyUpdate(n *memberlist.Node) { g.record(n, false) }
 
-func (g *gossip) record(n *memberlist.Node) {
-	state := "alive"
-	switch n.State {
-	case memberlist.StateSuspect:
-		state = "suspect"
-	case memberlist.StateDead:
-		state = "dead"
-	case memberlist.StateLeft:
-		state = "left"
-	}
-	m := &gossipMember{ID: n.Name, Addr: n.Address(), State: state, Since: g.now()}
+func (g *gossip) record(n *memberlist.Node, gone bool) {
+	m := &gossipMember{ID: n.Name, Addr: n.Address(), State: "alive", Since: g.now()}
 	if err := json.Unmarshal(n.Meta, &m.Meta); err == nil {
 		m.Parsed = true
 	}
+	if gone {
+		m.State = "dead"
+		if m.Meta.Leaving {
+			m.State = "left"
+		}
+	}
 	g.mu.Lock()
-	if old, ok := g.members[n.Name]; ok && old.State == state {
+	if old, ok := g.members[n.Name]; ok && old.State == m.State {
 		m.Since = old.Since
 	}
 	g.members[n.Name] = m

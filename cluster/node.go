@@ -320,7 +320,7 @@ func (n *Node) Ready() (bool, string) {
 	if _, id := n.rs.raft.LeaderWithID(); id == "" {
 		return false, "no raft leader known"
 	}
-	if g.Granted() < g.Head() {
+	if g.Granted() <= g.Head() {
 		return false, fmt.Sprintf("no room to issue: granted window ends at %d, issuing at %d; waiting for the leader", g.Granted(), g.Head())
 	}
 	return true, ""
@@ -417,8 +417,16 @@ func (n *Node) Members() ([]MemberInfo, string) {
 	return out, string(leader)
 }
 
-// History returns every slot tenure recorded by the replicated state.
+// History returns every slot tenure recorded by the replicated state. On the
+// leader it first waits for everything committed to be applied; a follower's
+// answer may lag (a tenure's Granted only grows, so merging answers by the
+// largest Granted is sound).
 func (n *Node) History(ctx context.Context) ([]Tenure, error) {
+	if n.rs.raft.State() == raft.Leader {
+		if err := n.rs.raft.Barrier(applyTimeout).Error(); err != nil {
+			return nil, fmt.Errorf("history: %w", err)
+		}
+	}
 	var out []Tenure
 	n.fsm.view(func(s *state) { out = append(out, s.Tenures...) })
 	return out, nil

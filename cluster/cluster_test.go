@@ -1,0 +1,210 @@
+package cluster
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// startThree brings up a, b, c with --bootstrap-expect 3, all ready.
+func startThree(t *testing.T) *testCluster {
+	tc := newTestCluster(t)
+	tc.add("a", 3)
+	tc.add("b", 3, "a")
+	tc.add("c", 3, "a")
+	for _, name := range []string{"a", "b", "c"} {
+		tc.start(name)
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		waitReady(t, tc.node(name))
+	}
+	return tc
+}
+
+func leaderOf(tc *testCluster, names ...string) string {
+	for _, name := range names {
+		if n := tc.node(name); n != nil && n.Status().RaftState == "Leader" {
+			return name
+		}
+	}
+	return ""
+}
+
+func TestThreeNodesHoldDistinctSlots(t *testing.T) {
+	tc := startThree(t)
+	slots := map[int]string{}
+	for _, name := range []string{"a", "b", "c"} {
+		st := tc.node(name).Status()
+		if st.Slot < 0 {
+			t.Fatalf("%s holds no slot", name)
+		}
+		if other, dup := slots[st.Slot]; dup {
+			t.Fatalf("%s and %s both hold slot %d", name, other, st.Slot)
+		}
+		slots[st.Slot] = name
+		tc.issue(tc.node(name), 3000)
+	}
+	members, leader := tc.node("a").Members()
+	if len(members) != 3 || leader == "" {
+		t.Fatalf("members %+v, leader %q", members, leader)
+	}
+	voters := 0
+	for _, m := range members {
+		if m.RaftRole == "voter" || m.RaftRole == "leader" {
+			voters++
+		}
+	}
+	if voters != 3 {
+		t.Fatalf("%d voters, want 3: %+v", voters, members)
+	}
+	tc.checkContainment()
+}
+
+func TestLeaderLossKeepsOthersIssuing(t *testing.T) {
+	tc := startThree(t)
+	names := []string{"a", "b", "c"}
+	var old string
+	waitFor(t, 10*time.Second, "a leader", func() bool { old = leaderOf(tc, names...); return old != "" })
+	for _, name := range names {
+		tc.issue(tc.node(name), 500)
+	}
+	tc.stop(old)
+	var rest []string
+	for _, name := range names {
+		if name != old {
+			rest = append(rest, name)
+		}
+	}
+	waitFor(t, 20*time.Second, "a new leader", func() bool { l := leaderOf(tc, rest...); return l != "" && l != old })
+	// Keep issuing on the survivors for longer than one lead, so each needs
+	// new grants from the new leader.
+	deadline := time.Now().Add(tc.node(rest[0]).cfg.Lead + 2*time.Second)
+	for time.Now().Before(deadline) {
+		for _, name := range rest {
+			tc.issue(tc.node(name), 1000)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	tc.checkContainment()
+}
+
+func TestRestartKeepsSlotAndIssuesAbove(t *testing.T) {
+	tc := startThree(t)
+	before := tc.node("b").Status()
+	ids := tc.issue(tc.node("b"), 5000)
+	maxBefore := ids[len(ids)-1]
+	tc.stop("b")
+	tc.start("b")
+	waitReady(t, tc.node("b"))
+	after := tc.node("b").Status()
+	if after.Slot != before.Slot {
+		t.Fatalf("slot changed across restart: %d -> %d", before.Slot, after.Slot)
+	}
+	if after.ID != before.ID {
+		t.Fatalf("node ID changed across restart")
+	}
+	next := tc.issue(tc.node("b"), 100)
+	if next[0] <= maxBefore {
+		t.Fatalf("after restart issued %d, not above the old maximum %d", next[0], maxBefore)
+	}
+	tc.checkContainment()
+}
+
+func TestWipedDataDirIsANewNode(t *testing.T) {
+	tc := startThree(t)
+	oldID := tc.node("c").ID()
+	tc.issue(tc.node("c"), 2000)
+	tc.stop("c")
+	s := tc.specs["c"]
+	s.cfg.DataDir = t.TempDir() // same addresses, fresh state
+	tc.start("c")
+	waitReady(t, tc.node("c"))
+	if tc.node("c").ID() == oldID {
+		t.Fatal("a wiped data dir reused the old node ID")
+	}
+	tc.issue(tc.node("c"), 2000)
+	waitFor(t, 20*time.Second, "old identity removed from raft", func() bool {
+		members, _ := tc.node("a").Members()
+		for _, m := range members {
+			if m.ID == oldID && m.RaftRole != "none" {
+				return false
+			}
+		}
+		return true
+	})
+	tc.checkContainment()
+}
+
+func TestFiveVotersThenNonvoters(t *testing.T) {
+	tc := startThree(t)
+	for _, name := range []string{"d", "e", "f"} {
+		tc.add(name, 1, "a")
+		tc.start(name)
+	}
+	waitFor(t, 40*time.Second, "5 voters and 1 non-voter", func() bool {
+		members, _ := tc.node("a").Members()
+		voters, nonvoters := 0, 0
+		for _, m := range members {
+			switch m.RaftRole {
+			case "voter", "leader":
+				voters++
+			case "nonvoter":
+				nonvoters++
+			}
+		}
+		return voters == 5 && nonvoters == 1
+	})
+	for _, name := range []string{"d", "e", "f"} {
+		waitReady(t, tc.node(name))
+		tc.issue(tc.node(name), 1000)
+	}
+	tc.checkContainment()
+}
+
+func TestCutOffNodeStopsWhenWindowUsedUp(t *testing.T) {
+	tc := startThree(t)
+	names := []string{"a", "b", "c"}
+	var leader string
+	waitFor(t, 10*time.Second, "a leader", func() bool { leader = leaderOf(tc, names...); return leader != "" })
+	var lone string
+	for _, name := range names {
+		if name != leader {
+			lone = name
+			break
+		}
+	}
+	// Losing both others cuts lone off from any quorum.
+	for _, name := range names {
+		if name != lone {
+			tc.stop(name)
+		}
+	}
+	n := tc.node(lone)
+	granted := n.Status().Granted
+	layout := n.Layout()
+	issuedAbove := false
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		ids, _, err := n.NextBatch(ctx, 2000)
+		cancel()
+		if err != nil {
+			if !isNotReadyErr(err) {
+				t.Fatalf("unexpected error once cut off: %v", err)
+			}
+			break
+		}
+		tc.record(issuer{n.Name(), n.ID()}, ids)
+		for _, id := range ids {
+			p, _ := layout.Decompose(id)
+			if p.Timestamp > granted {
+				issuedAbove = true
+			}
+		}
+	}
+	if issuedAbove || n.Status().Granted != granted {
+		t.Fatalf("a node without quorum got more room: granted %d -> %d", granted, n.Status().Granted)
+	}
+	if ok, _ := n.Ready(); ok {
+		t.Fatal("node cut off from quorum with its window used up reports ready")
+	}
+}

@@ -1,0 +1,256 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idgen/idgen/generator"
+)
+
+// localForwarder delivers forwarded commands in-process, standing in for the
+// gRPC PeerService only in this package's tests (rpc has the real one).
+type localForwarder struct {
+	mu     sync.Mutex
+	byAddr map[string]*Node
+}
+
+func (f *localForwarder) Forward(ctx context.Context, addr string, cmd []byte) ([]byte, error) {
+	f.mu.Lock()
+	n := f.byAddr[addr]
+	f.mu.Unlock()
+	if n == nil {
+		return nil, fmt.Errorf("forward to %s: connection refused", addr)
+	}
+	select {
+	case <-n.Done():
+		return nil, fmt.Errorf("forward to %s: connection refused", addr)
+	default:
+	}
+	return n.ApplyForwarded(ctx, cmd)
+}
+
+func (f *localForwarder) set(addr string, n *Node) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n == nil {
+		delete(f.byAddr, addr)
+		return
+	}
+	f.byAddr[addr] = n
+}
+
+// testCluster runs real nodes (Raft over TCP, memberlist) on loopback.
+type testCluster struct {
+	t     *testing.T
+	fwd   *localForwarder
+	mu    sync.Mutex
+	specs map[string]*nodeSpec
+	seen  map[int64]issuer // every ID issued in the test, and who issued it
+}
+
+type issuer struct{ name, id string }
+
+type nodeSpec struct {
+	cfg  Config
+	node *Node
+}
+
+func newTestCluster(t *testing.T) *testCluster {
+	tc := &testCluster{t: t, fwd: &localForwarder{byAddr: map[string]*Node{}}, specs: map[string]*nodeSpec{}, seen: map[int64]issuer{}}
+	t.Cleanup(func() {
+		tc.mu.Lock()
+		defer tc.mu.Unlock()
+		for _, s := range tc.specs {
+			if s.node != nil {
+				s.node.Close()
+			}
+		}
+	})
+	return tc
+}
+
+// freePort returns a port free for both TCP and UDP on 127.0.0.1 (memberlist needs both).
+func freePort(t *testing.T) int {
+	t.Helper()
+	for i := 0; i < 50; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		l.Close()
+		if err == nil {
+			u.Close()
+			return port
+		}
+	}
+	t.Fatal("no free port")
+	return 0
+}
+
+// add configures a node; join lists names of nodes whose gossip addresses to join.
+func (tc *testCluster) add(name string, expect int, join ...string) *nodeSpec {
+	tc.t.Helper()
+	cfg := Config{
+		Name:              name,
+		DataDir:           filepath.Join(tc.t.TempDir(), name),
+		RaftAddr:          fmt.Sprintf("127.0.0.1:%d", freePort(tc.t)),
+		GossipAddr:        fmt.Sprintf("127.0.0.1:%d", freePort(tc.t)),
+		GRPCAddr:          fmt.Sprintf("grpc-%s:1", name),
+		BootstrapExpect:   expect,
+		Datacenter:        -1,
+		ReapAfter:         3 * time.Second,
+		ReconcileInterval: 500 * time.Millisecond,
+		JoinRetryInterval: 500 * time.Millisecond,
+		GossipLocal:       true,
+		Forwarder:         tc.fwd,
+		Logger:            testLogger(tc.t, name),
+	}
+	tc.mu.Lock()
+	for _, j := range join {
+		cfg.Join = append(cfg.Join, tc.specs[j].cfg.GossipAddr)
+	}
+	s := &nodeSpec{cfg: cfg}
+	tc.specs[name] = s
+	tc.mu.Unlock()
+	return s
+}
+
+func testLogger(t *testing.T, name string) *slog.Logger {
+	level := slog.LevelWarn
+	if os.Getenv("IDGEN_TEST_VERBOSE") != "" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("test", t.Name())
+}
+
+func (tc *testCluster) start(name string) *Node {
+	tc.t.Helper()
+	s := tc.specs[name]
+	n, err := Open(s.cfg)
+	if err != nil {
+		tc.t.Fatalf("open %s: %v", name, err)
+	}
+	s.node = n
+	tc.fwd.set(s.cfg.GRPCAddr, n)
+	return n
+}
+
+// stop closes a node as a crash would look to the others (no leave).
+func (tc *testCluster) stop(name string) {
+	tc.t.Helper()
+	s := tc.specs[name]
+	tc.fwd.set(s.cfg.GRPCAddr, nil)
+	if err := s.node.Close(); err != nil {
+		tc.t.Logf("close %s: %v", name, err)
+	}
+}
+
+func (tc *testCluster) node(name string) *Node { return tc.specs[name].node }
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func waitReady(t *testing.T, n *Node) {
+	t.Helper()
+	waitFor(t, 30*time.Second, n.Name()+" ready", func() bool { ok, _ := n.Ready(); return ok })
+}
+
+// issue draws count IDs from n and records them, failing on any duplicate.
+func (tc *testCluster) issue(n *Node, count int) []int64 {
+	tc.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ids, _, err := n.NextBatch(ctx, count)
+	if err != nil {
+		tc.t.Fatalf("%s: NextBatch(%d): %v", n.Name(), count, err)
+	}
+	tc.record(issuer{n.Name(), n.ID()}, ids)
+	return ids
+}
+
+func (tc *testCluster) record(who issuer, ids []int64) {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	for _, id := range ids {
+		if prev, dup := tc.seen[id]; dup {
+			tc.t.Fatalf("DUPLICATE ID %d issued by %s and earlier by %s", id, who, prev)
+		}
+		tc.seen[id] = who
+	}
+}
+
+// checkContainment asserts every recorded ID lies inside a tenure that the
+// replicated state granted to the owner of its slot. It asks the leader,
+// whichever live node that is by then.
+func (tc *testCluster) checkContainment() {
+	tc.t.Helper()
+	var tenures []Tenure
+	var layout generator.Layout
+	waitFor(tc.t, 20*time.Second, "history from the leader", func() bool {
+		for _, s := range tc.liveSpecs() {
+			if s.node.Status().RaftState == "Leader" {
+				h, err := s.node.History(context.Background())
+				tenures, layout = h, s.node.Layout()
+				return err == nil
+			}
+		}
+		return false
+	})
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	for id, who := range tc.seen {
+		p, err := layout.Decompose(id)
+		if err != nil {
+			tc.t.Fatalf("ID %d from %s does not decode: %v", id, who, err)
+		}
+		inside := false
+		for _, tn := range tenures {
+			if tn.Slot == p.Slot && tn.NodeID == who.id && p.Timestamp > tn.Floor && p.Timestamp <= tn.Granted {
+				inside = true
+				break
+			}
+		}
+		if !inside {
+			tc.t.Fatalf("ID %d (slot %d, ts %d) from %s is outside every window granted to it: %+v", id, p.Slot, p.Timestamp, who, tenures)
+		}
+	}
+}
+
+func (tc *testCluster) liveSpecs() []*nodeSpec {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	var out []*nodeSpec
+	for _, s := range tc.specs {
+		if s.node != nil {
+			select {
+			case <-s.node.Done():
+			default:
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+func isNotReadyErr(err error) bool {
+	return errors.Is(err, ErrNotReady) || errors.Is(err, generator.ErrRevoked) || errors.Is(err, generator.ErrWindowExhausted)
+}

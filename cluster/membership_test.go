@@ -1,0 +1,213 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idgen/idgen/generator"
+)
+
+func TestStandbyTakesOverReapedSlot(t *testing.T) {
+	tc := startThree(t)
+	names := []string{"a", "b", "c"}
+	for _, name := range []string{"d", "e", "f", "g", "h"} {
+		tc.add(name, 1, "a")
+		tc.start(name)
+		names = append(names, name)
+	}
+	for _, name := range names {
+		waitReady(t, tc.node(name))
+		tc.issue(tc.node(name), 500)
+	}
+	tc.add("standby", 1, "a")
+	sb := tc.start("standby")
+	waitFor(t, 30*time.Second, "the ninth node to report standby", func() bool {
+		_, reason := sb.Ready()
+		return strings.Contains(reason, "standby")
+	})
+	if st := sb.Status(); st.Slot != -1 || st.Ready {
+		t.Fatalf("ninth node has slot %d, ready %v", st.Slot, st.Ready)
+	}
+	if _, _, err := sb.NextBatch(context.Background(), 1); !errors.Is(err, ErrNotReady) {
+		t.Fatalf("standby issued or failed oddly: %v", err)
+	}
+
+	// Crash a slot owner that is not the leader; after ReapAfter its slot is
+	// freed and the standby takes it, starting above everything it issued.
+	var victim string
+	for _, name := range names[1:] {
+		if tc.node(name).Status().RaftState != "Leader" {
+			victim = name
+			break
+		}
+	}
+	vs := tc.node(victim).Status()
+	last := tc.issue(tc.node(victim), 3000)
+	tc.stop(victim)
+	lastLog := time.Now()
+	waitFor(t, 40*time.Second, "the standby to take the freed slot", func() bool {
+		if time.Since(lastLog) > 5*time.Second {
+			lastLog = time.Now()
+			for _, s := range tc.liveSpecs() {
+				if s.node.Status().RaftState == "Leader" {
+					members, _ := s.node.Members()
+					for _, m := range members {
+						t.Logf("leader %s sees %s slot %d raft %s gossip %s", s.node.Name(), m.Name, m.Slot, m.RaftRole, m.GossipState)
+					}
+				}
+			}
+		}
+		return sb.Status().Slot == vs.Slot
+	})
+	waitReady(t, sb)
+	got := tc.issue(sb, 100)
+	if got[0] <= last[len(last)-1] {
+		t.Fatalf("standby issued %d, not above the old owner's last ID %d", got[0], last[len(last)-1])
+	}
+	tc.checkContainment()
+}
+
+func TestLeaveFreesSlot(t *testing.T) {
+	tc := startThree(t)
+	c := tc.node("c")
+	slot := c.Status().Slot
+	tc.issue(c, 1000)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := c.Leave(ctx); err != nil {
+		t.Fatalf("leave: %v", err)
+	}
+	select {
+	case <-c.Done():
+	default:
+		t.Fatal("node still running after leave")
+	}
+	waitFor(t, 20*time.Second, "slot freed and node gone from raft", func() bool {
+		members, _ := tc.node("a").Members()
+		for _, m := range members {
+			if m.ID == c.ID() && (m.Slot >= 0 || m.RaftRole != "none") {
+				return false
+			}
+		}
+		return true
+	})
+	// Re-join from the same data dir as the same node; it claims again above
+	// its old window.
+	tc.start("c")
+	waitReady(t, tc.node("c"))
+	tc.issue(tc.node("c"), 1000)
+	t.Logf("slot before leave %d, after re-join %d", slot, tc.node("c").Status().Slot)
+	tc.checkContainment()
+}
+
+func TestRemoveRefusesSelfAndUnknown(t *testing.T) {
+	tc := startThree(t)
+	a := tc.node("a")
+	ctx := context.Background()
+	if _, _, err := a.Remove(ctx, a.ID()); !errors.Is(err, ErrRemoveSelf) {
+		t.Fatalf("remove self: %v", err)
+	}
+	if _, _, err := a.Remove(ctx, "no-such-node"); !errors.Is(err, ErrUnknownNode) {
+		t.Fatalf("remove unknown: %v", err)
+	}
+	// Remove a crashed node by name at once (no waiting for the reaper).
+	slot := tc.node("c").Status().Slot
+	tc.stop("c")
+	var id string
+	var freed int
+	waitFor(t, 20*time.Second, "remove of the crashed node", func() bool {
+		var err error
+		id, freed, err = a.Remove(ctx, "c")
+		return err == nil || errors.Is(err, ErrUnknownNode)
+	})
+	if id != "" && freed != slot {
+		t.Fatalf("remove freed slot %d, want %d", freed, slot)
+	}
+}
+
+func TestLayoutMismatchIsRefused(t *testing.T) {
+	tc := startThree(t)
+	other, err := generator.NewLayout(1777939200, time.Second, 29, 2, 1, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := tc.add("odd", 1, "a")
+	s.cfg.Layout = other
+	odd := tc.start("odd")
+	waitFor(t, 30*time.Second, "the node to report a layout mismatch", func() bool {
+		_, reason := odd.Ready()
+		return strings.Contains(reason, "layout mismatch")
+	})
+	if odd.Status().Slot != -1 {
+		t.Fatal("a node with another layout got a slot")
+	}
+
+	// A data dir written with one layout refuses to start with another.
+	tc.stop("a")
+	cfg := tc.specs["a"].cfg
+	cfg.Layout = other
+	if _, err := Open(cfg); !errors.Is(err, ErrLayoutMismatch) {
+		t.Fatalf("open with another layout: %v", err)
+	}
+}
+
+type skewedClock struct{ d time.Duration }
+
+func (c skewedClock) Now() time.Time { return time.Now().Add(c.d) }
+
+func TestSkewedNodeIsRefused(t *testing.T) {
+	tc := startThree(t)
+	s := tc.add("skewed", 1, "a")
+	s.cfg.Clock = skewedClock{time.Minute}
+	sk := tc.start("skewed")
+	waitFor(t, 30*time.Second, "the skewed node to report clock skew", func() bool {
+		_, reason := sk.Ready()
+		return strings.Contains(reason, "clock skew")
+	})
+	if sk.Status().Slot != -1 {
+		t.Fatal("a node a minute off got a slot")
+	}
+}
+
+func TestClockJumpsNeverDuplicate(t *testing.T) {
+	tc := newTestCluster(t)
+	s := tc.add("a", 3)
+	s.cfg.EnableFaultInjection = true
+	tc.add("b", 3, "a").cfg.EnableFaultInjection = true
+	tc.add("c", 3, "a")
+	for _, name := range []string{"a", "b", "c"} {
+		tc.start(name)
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		waitReady(t, tc.node(name))
+	}
+	if err := tc.node("c").SetClockOffset(time.Minute); !errors.Is(err, ErrFaultInjectionDisabled) {
+		t.Fatalf("clock offset without fault injection: %v", err)
+	}
+	b := tc.node("b")
+	drain := func(n *Node, rounds int) {
+		for i := 0; i < rounds; i++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			ids, _, err := n.NextBatch(ctx, 1500)
+			cancel()
+			if err == nil {
+				tc.record(issuer{n.Name(), n.ID()}, ids)
+			}
+		}
+	}
+	drain(b, 10)
+	for _, off := range []time.Duration{-time.Minute, 0, time.Minute, 0} {
+		if err := b.SetClockOffset(off); err != nil {
+			t.Fatal(err)
+		}
+		drain(b, 10)
+		drain(tc.node("a"), 3)
+	}
+	// Back at offset 0 the node becomes ready again.
+	waitReady(t, b)
+	drain(b, 5)
+	tc.checkContainment()
+}
