@@ -1,0 +1,287 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	sockaddr "github.com/hashicorp/go-sockaddr"
+
+	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/generator"
+	"github.com/idgen/idgen/rpc"
+)
+
+// envPrefix: every flag --some-flag can also be set as IDGEN_SOME_FLAG.
+const envPrefix = "IDGEN_"
+
+// Config is everything idgend reads from its flags and environment, validated
+// once before anything is opened.
+type Config struct {
+	Name            string
+	DataDir         string
+	GRPCAddr        string
+	RaftAddr        string
+	GossipAddr      string
+	HTTPAddr        string
+	Advertise       string
+	Join            []string
+	BootstrapExpect int
+	Datacenter      int
+
+	Lead              time.Duration
+	MaxAhead          time.Duration
+	MaxSkew           time.Duration
+	ReapAfter         time.Duration
+	BatchSize         int
+	BufferDepth       int
+	MaxCount          int
+	SnapshotThreshold uint64
+
+	GossipProfile        string
+	EnableFaultInjection bool
+	ShutdownTimeout      time.Duration
+	LogFormat            string
+	LogLevel             slog.Level
+}
+
+// errUsage marks configuration errors: the process exits 2 for them.
+var errUsage = errors.New("usage")
+
+// maxBufferDepth bounds the prefetch buffer: memory stays bounded (SPEC.md).
+const maxBufferDepth = 1024
+
+// parseConfig reads flags from args over IDGEN_* values from getenv (flags
+// win) and validates the result. Errors wrap errUsage; flag.ErrHelp is
+// returned as is.
+func parseConfig(args []string, getenv func(string) string, out io.Writer) (Config, error) {
+	var c Config
+	var join, logLevel string
+	fs := flag.NewFlagSet("idgend", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&c.Name, "name", "", "human label for this node (default: the first 8 characters of its ID)")
+	fs.StringVar(&c.DataDir, "data-dir", "./data", "directory for the node ID, Raft log and snapshots")
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", ":50051", "gRPC bind address (IDService, ClusterService, health, reflection)")
+	fs.StringVar(&c.RaftAddr, "raft-addr", ":50052", "Raft TCP bind address")
+	fs.StringVar(&c.GossipAddr, "gossip-addr", ":7946", "gossip (memberlist) bind address, TCP and UDP")
+	fs.StringVar(&c.HTTPAddr, "http-addr", ":9090", "HTTP admin bind address (/healthz, /readyz, /metrics)")
+	fs.StringVar(&c.Advertise, "advertise", "", "host other nodes use to reach this one (default: the bind host if it is an IP, else the first private IPv4, else 127.0.0.1)")
+	fs.StringVar(&join, "join", "", "comma-separated gossip addresses (host:port) of other nodes; retried periodically")
+	fs.IntVar(&c.BootstrapExpect, "bootstrap-expect", 1, "number of fresh nodes that form a new cluster together (1..8)")
+	fs.IntVar(&c.Datacenter, "datacenter", -1, "preferred datacenter for this node's slot (0..3), -1 for any")
+	fs.DurationVar(&c.Lead, "lead", cluster.DefaultLead, "how far ahead of its issuing point a node keeps its granted window")
+	fs.DurationVar(&c.MaxAhead, "max-ahead", 0, "cap on a window's end beyond the leader's clock (0 = lead + max-skew)")
+	fs.DurationVar(&c.MaxSkew, "max-skew", cluster.DefaultMaxSkew, "largest clock difference to the leader before a node is refused")
+	fs.DurationVar(&c.ReapAfter, "reap-after", cluster.DefaultReapAfter, "how long a node may be dead before its slot is freed")
+	fs.IntVar(&c.BatchSize, "batch-size", rpc.DefaultBatchSize, "IDs per prefetched batch, served for count 0")
+	fs.IntVar(&c.BufferDepth, "buffer-depth", rpc.DefaultBufferDepth, "prefetched batches kept ready")
+	fs.IntVar(&c.MaxCount, "max-count", rpc.DefaultMaxCount, "largest count one GetIDBatch call may ask for")
+	fs.Uint64Var(&c.SnapshotThreshold, "snapshot-threshold", 0, "Raft log entries between snapshots (0 = Raft's default)")
+	fs.StringVar(&c.GossipProfile, "gossip-profile", "lan", "memberlist timing profile: lan, or local for one host (tests)")
+	fs.BoolVar(&c.EnableFaultInjection, "enable-fault-injection", false, "allow ClusterService.Fault to move this node's clock (chaos tests only)")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 5*time.Second, "bounded wait for in-flight calls on SIGINT/SIGTERM")
+	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintf(out, "Usage: idgend [flags]\n\nEvery flag can also be set in the environment as IDGEN_<FLAG>, dashes as\nunderscores (IDGEN_DATA_DIR=/var/lib/idgen); a flag on the command line wins.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+
+	// Environment first, so that flags parsed afterwards override it.
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		key := envKey(f.Name)
+		v := getenv(key)
+		if v == "" || envErr != nil {
+			return
+		}
+		if err := fs.Set(f.Name, v); err != nil {
+			envErr = fmt.Errorf("%w: environment %s=%q: %v", errUsage, key, v, err)
+		}
+	})
+	if envErr != nil {
+		return c, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return c, err
+		}
+		return c, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("%w: unexpected arguments %q (idgend takes flags only)", errUsage, fs.Args())
+	}
+	for _, a := range strings.Split(join, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			c.Join = append(c.Join, a)
+		}
+	}
+	if err := c.LogLevel.UnmarshalText([]byte(logLevel)); err != nil {
+		return c, fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, logLevel)
+	}
+	if err := c.validate(); err != nil {
+		return c, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return c, nil
+}
+
+func envKey(flagName string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// validate checks every value with the flag's name in the message. The
+// cluster and rpc packages validate again; these messages name the flags.
+func (c *Config) validate() error {
+	layout := generator.DefaultLayout()
+	if c.DataDir == "" {
+		return errors.New("--data-dir must not be empty")
+	}
+	for _, a := range []struct {
+		flag, addr string
+		zeroPort   bool
+	}{
+		{"--grpc-addr", c.GRPCAddr, true},
+		{"--http-addr", c.HTTPAddr, true},
+		// Raft and gossip advertise their port to others, so it must be known.
+		{"--raft-addr", c.RaftAddr, false},
+		{"--gossip-addr", c.GossipAddr, false},
+	} {
+		if err := checkBindAddr(a.addr, a.zeroPort); err != nil {
+			return fmt.Errorf("%s %q: %v", a.flag, a.addr, err)
+		}
+	}
+	if c.Advertise != "" {
+		if strings.Contains(c.Advertise, ":") && net.ParseIP(c.Advertise) == nil {
+			return fmt.Errorf("--advertise %q: want a host or IP without a port", c.Advertise)
+		}
+	}
+	for _, j := range c.Join {
+		if _, _, err := net.SplitHostPort(j); err != nil {
+			return fmt.Errorf("--join %q: want host:port of another node's --gossip-addr: %v", j, err)
+		}
+	}
+	if c.BootstrapExpect < 1 || c.BootstrapExpect > layout.Slots() {
+		return fmt.Errorf("--bootstrap-expect %d out of range 1..%d", c.BootstrapExpect, layout.Slots())
+	}
+	if dcs := 1 << layout.DatacenterBits; c.Datacenter < -1 || c.Datacenter >= dcs {
+		return fmt.Errorf("--datacenter %d out of range -1..%d", c.Datacenter, dcs-1)
+	}
+	if c.Lead < layout.Unit {
+		return fmt.Errorf("--lead %s must be at least one layout unit (%s)", c.Lead, layout.Unit)
+	}
+	if c.MaxSkew <= 0 {
+		return fmt.Errorf("--max-skew %s must be positive", c.MaxSkew)
+	}
+	if c.MaxAhead < 0 || (c.MaxAhead > 0 && c.MaxAhead < c.Lead) {
+		return fmt.Errorf("--max-ahead %s must be 0 (lead + max-skew) or at least --lead %s", c.MaxAhead, c.Lead)
+	}
+	if c.ReapAfter < time.Second {
+		return fmt.Errorf("--reap-after %s must be at least 1s", c.ReapAfter)
+	}
+	if c.MaxCount < 1 || c.MaxCount > generator.MaxBatch {
+		return fmt.Errorf("--max-count %d out of range 1..%d", c.MaxCount, generator.MaxBatch)
+	}
+	if c.BatchSize < 1 || c.BatchSize > c.MaxCount {
+		return fmt.Errorf("--batch-size %d out of range 1..%d (--max-count)", c.BatchSize, c.MaxCount)
+	}
+	if c.BufferDepth < 1 || c.BufferDepth > maxBufferDepth {
+		return fmt.Errorf("--buffer-depth %d out of range 1..%d", c.BufferDepth, maxBufferDepth)
+	}
+	if c.GossipProfile != "lan" && c.GossipProfile != "local" {
+		return fmt.Errorf("--gossip-profile %q: want lan or local", c.GossipProfile)
+	}
+	if c.ShutdownTimeout <= 0 {
+		return fmt.Errorf("--shutdown-timeout %s must be positive", c.ShutdownTimeout)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		return fmt.Errorf("--log-format %q: want text or json", c.LogFormat)
+	}
+	return nil
+}
+
+func checkBindAddr(addr string, zeroPortOK bool) error {
+	_, ps, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("want host:port or :port: %v", err)
+	}
+	p, err := strconv.Atoi(ps)
+	if err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("port %q is not a number in 0..65535", ps)
+	}
+	if p == 0 && !zeroPortOK {
+		return errors.New("port 0 is not allowed here: other nodes must know the port")
+	}
+	return nil
+}
+
+// advertiseHost picks the host other nodes use for an address bound to
+// bindAddr: --advertise if set, the bind host if it is a specific IP, else
+// the first private IPv4, else loopback. Names are resolved to an IP because
+// memberlist advertises IPs only.
+func advertiseHost(advertise, bindAddr string) (string, error) {
+	if advertise != "" {
+		if net.ParseIP(advertise) != nil {
+			return advertise, nil
+		}
+		ips, err := net.LookupIP(advertise)
+		if err != nil || len(ips) == 0 {
+			return "", fmt.Errorf("--advertise %q does not resolve: %v", advertise, err)
+		}
+		for _, ip := range ips {
+			if ip.To4() != nil {
+				return ip.String(), nil
+			}
+		}
+		return ips[0].String(), nil
+	}
+	host, _, _ := net.SplitHostPort(bindAddr)
+	if ip := net.ParseIP(host); ip != nil && !ip.IsUnspecified() {
+		return ip.String(), nil
+	}
+	if host != "" && net.ParseIP(host) == nil { // a name such as localhost
+		if ips, err := net.LookupIP(host); err == nil {
+			for _, ip := range ips {
+				if ip.To4() != nil {
+					return ip.String(), nil
+				}
+			}
+		}
+	}
+	if ip := privateIPv4(); ip != "" {
+		return ip, nil
+	}
+	return "127.0.0.1", nil
+}
+
+// privateIPv4 is the first private IPv4 address with a default route, as
+// go-sockaddr's GetPrivateIP finds it but without IPv6 (which it may prefer).
+func privateIPv4() string {
+	ifs, err := sockaddr.GetPrivateInterfaces()
+	if err != nil {
+		return ""
+	}
+	v4, _ := sockaddr.FilterIfByType(ifs, sockaddr.TypeIPv4)
+	if len(v4) == 0 {
+		return ""
+	}
+	return (*sockaddr.ToIPAddr(v4[0].SockAddr)).NetIP().String()
+}
+
+// newLogger builds the process logger from --log-format and --log-level.
+func newLogger(c Config, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: c.LogLevel}
+	if c.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// osEnv is getenv for the real process.
+func osEnv(k string) string { return os.Getenv(k) }

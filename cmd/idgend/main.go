@@ -1,0 +1,236 @@
+// Command idgend runs one node of an idgen cluster: it joins the cluster by
+// gossip and Raft, claims one of the eight datacenter/machine slots and serves
+// unique IDs over gRPC, with an HTTP admin port for health and metrics.
+//
+//	go run ./cmd/idgend     # a single-node cluster, data in ./data, IDs on :50051
+//
+// See idgend -h for the flags; each is also read from IDGEN_<FLAG>.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/generator"
+	"github.com/idgen/idgen/rpc"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1 // could not start, or failed while running
+	exitUsage   = 2 // bad flags or environment
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], osEnv, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run is the whole program; ctx ends on SIGINT/SIGTERM.
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
+	cfg, err := parseConfig(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "idgend: %v\n", errors.Unwrap(err))
+		fmt.Fprintln(stderr, "run idgend -h for the flags")
+		return exitUsage
+	}
+	log := newLogger(cfg, stderr)
+	if err := serve(ctx, cfg, log); err != nil {
+		log.Error("idgend stopped with an error", "err", err)
+		fmt.Fprintf(stderr, "idgend: %v\n", err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+// serve opens the ports, then the node, and serves until ctx ends or the node
+// leaves the cluster. A nil return means a clean stop.
+func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
+	// Ports first: a port in use is reported before the data dir is touched.
+	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("--grpc-addr %s: %w (is another idgend running? pick a free port)", cfg.GRPCAddr, err)
+	}
+	defer grpcLis.Close()
+	httpLis, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("--http-addr %s: %w (is another idgend running? pick a free port)", cfg.HTTPAddr, err)
+	}
+	defer httpLis.Close()
+	// Raft and memberlist open their own sockets inside cluster.Open; probe
+	// them here so a busy port is named by its flag. (A port taken between the
+	// probe and the open still fails, with the library's message.)
+	if err := probePort("tcp", cfg.RaftAddr); err != nil {
+		return fmt.Errorf("--raft-addr %s: %w (pick a free port)", cfg.RaftAddr, err)
+	}
+	if err := probePort("tcp", cfg.GossipAddr); err != nil {
+		return fmt.Errorf("--gossip-addr %s: %w (pick a free port)", cfg.GossipAddr, err)
+	}
+	if err := probePort("udp", cfg.GossipAddr); err != nil {
+		return fmt.Errorf("--gossip-addr %s (udp): %w (pick a free port)", cfg.GossipAddr, err)
+	}
+
+	adv := func(bind string, actual net.Addr) (string, error) {
+		host, err := advertiseHost(cfg.Advertise, bind)
+		if err != nil {
+			return "", err
+		}
+		_, port, _ := net.SplitHostPort(bind)
+		if actual != nil { // the real port when the flag said :0
+			port = strconv.Itoa(actual.(*net.TCPAddr).Port)
+		}
+		return net.JoinHostPort(host, port), nil
+	}
+	var grpcAdv, httpAdv, raftAdv, gossipAdv string
+	for _, a := range []struct {
+		dst    *string
+		bind   string
+		actual net.Addr
+	}{
+		{&grpcAdv, cfg.GRPCAddr, grpcLis.Addr()},
+		{&httpAdv, cfg.HTTPAddr, httpLis.Addr()},
+		{&raftAdv, cfg.RaftAddr, nil},
+		{&gossipAdv, cfg.GossipAddr, nil},
+	} {
+		if *a.dst, err = adv(a.bind, a.actual); err != nil {
+			return err
+		}
+	}
+
+	forwarder := rpc.NewPeerForwarder()
+	defer forwarder.Close()
+	node, err := cluster.Open(cluster.Config{
+		Name:                 cfg.Name,
+		DataDir:              cfg.DataDir,
+		RaftAddr:             cfg.RaftAddr,
+		RaftAdvertise:        raftAdv,
+		GossipAddr:           cfg.GossipAddr,
+		GossipAdvertise:      gossipAdv,
+		GRPCAddr:             grpcAdv,
+		HTTPAddr:             httpAdv,
+		Join:                 cfg.Join,
+		BootstrapExpect:      cfg.BootstrapExpect,
+		Datacenter:           cfg.Datacenter,
+		Layout:               generator.DefaultLayout(),
+		Lead:                 cfg.Lead,
+		MaxAhead:             cfg.MaxAhead,
+		MaxSkew:              cfg.MaxSkew,
+		ReapAfter:            cfg.ReapAfter,
+		SnapshotThreshold:    cfg.SnapshotThreshold,
+		GossipLocal:          cfg.GossipProfile == "local",
+		EnableFaultInjection: cfg.EnableFaultInjection,
+		Forwarder:            forwarder,
+		Logger:               log,
+		Version:              version(),
+	})
+	if err != nil {
+		return fmt.Errorf("open node: %w", err)
+	}
+	// Close is idempotent; after a Leave the node is already closed.
+	defer node.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := rpc.NewServer(rpc.ServerConfig{
+		Backend:     node,
+		NodeName:    node.Name(),
+		Logger:      log,
+		BatchSize:   cfg.BatchSize,
+		BufferDepth: cfg.BufferDepth,
+		MaxCount:    cfg.MaxCount,
+		Registerer:  reg,
+	})
+	if err != nil {
+		return err
+	}
+	httpSrv := &http.Server{
+		Handler:           rpc.NewAdminHandler(node, reg),
+		ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+
+	errc := make(chan error, 2)
+	go func() {
+		if err := srv.Serve(grpcLis); err != nil {
+			errc <- fmt.Errorf("grpc server: %w", err)
+		}
+	}()
+	go func() {
+		if err := httpSrv.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("http admin server: %w", err)
+		}
+	}()
+	log.Info("idgend serving", "id", node.ID(), "name", node.Name(), "grpc", grpcLis.Addr().String(),
+		"http", httpLis.Addr().String(), "advertise_grpc", grpcAdv, "data_dir", cfg.DataDir)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("signal received; shutting down", "timeout", cfg.ShutdownTimeout)
+	case <-srv.Left():
+		log.Info("left the cluster; shutting down")
+	case <-node.Done():
+		log.Warn("node stopped; shutting down")
+	case runErr = <-errc:
+	}
+
+	// Health goes NOT_SERVING and in-flight calls finish (bounded), then the
+	// node stops. A Leave's response goes out during this graceful stop.
+	srv.Shutdown(cfg.ShutdownTimeout)
+	hctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := httpSrv.Shutdown(hctx); err != nil {
+		httpSrv.Close()
+	}
+	if err := node.Close(); err != nil {
+		log.Warn("node close", "err", err)
+	}
+	log.Info("idgend stopped")
+	return runErr
+}
+
+// probePort checks that addr can be bound on network, then frees it.
+func probePort(network, addr string) error {
+	if network == "udp" {
+		c, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	}
+	l, err := net.Listen(network, addr)
+	if err != nil {
+		return err
+	}
+	return l.Close()
+}
+
+// version is the module version the binary was built from, or "dev".
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
