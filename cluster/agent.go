@@ -41,7 +41,10 @@ func (n *Node) runAgent() {
 			if !n.stillOwner(g) {
 				continue
 			}
-			if n.needsRoom(g) && time.Since(lastReserve) >= minReserveGap {
+			// A node refused earlier (clock skew) asks again now and then even
+			// with room left, since only an accepted reserve clears the refusal.
+			refused := *n.reason.Load() != ""
+			if (n.needsRoom(g) && time.Since(lastReserve) >= minReserveGap) || (refused && time.Since(lastReserve) >= claimRetry) {
 				lastReserve = time.Now()
 				n.reserve(g)
 			}

@@ -89,6 +89,7 @@ func (n *Node) leaderApply(ctx context.Context, c command) (result, error) {
 	now := n.clock.Now()
 	if c.Type == cmdClaim || c.Type == cmdReserve {
 		skew := time.Unix(0, c.SentAt).Sub(now)
+		n.skews.observe(c.nodeID(), skew, time.Now())
 		if skew > n.cfg.MaxSkew || skew < -n.cfg.MaxSkew {
 			return result{}, fmt.Errorf("%w: the node's clock is %v off the leader's (max %v); fix its time source",
 				ErrClockSkew, skew.Round(time.Millisecond), n.cfg.MaxSkew)

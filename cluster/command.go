@@ -103,3 +103,11 @@ func decodeResult(data []byte) (result, error) {
 	}
 	return r, nil
 }
+
+// nodeID is the node a command speaks for.
+func (c command) nodeID() string {
+	if c.Node != nil {
+		return c.Node.ID
+	}
+	return c.NodeID
+}

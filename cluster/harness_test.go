@@ -171,7 +171,18 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 
 func waitReady(t *testing.T, n *Node) {
 	t.Helper()
-	waitFor(t, 30*time.Second, n.Name()+" ready", func() bool { ok, _ := n.Ready(); return ok })
+	var reason string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var ok bool
+		if ok, reason = n.Ready(); ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready after 30s: %s (status %+v)", n.Name(), reason, n.Status())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // issue draws count IDs from n and records them, failing on any duplicate.

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -73,6 +74,9 @@ func (n *Node) leaderLoop(stop chan struct{}) {
 	defer tick.Stop()
 	for {
 		n.reconcile()
+		if n.leaderClockIsOutlier() {
+			return
+		}
 		select {
 		case <-stop:
 			return
@@ -228,4 +232,67 @@ func (n *Node) reap(id, why string) {
 	}
 	delete(n.leaderState.absentSince, id)
 	n.logger.Info("reaped node", "id", id, "reason", why, "freed_slot", slot)
+}
+
+// skewTracker remembers the clock differences the leader measured on recent
+// requests, per node.
+type skewTracker struct {
+	mu   sync.Mutex
+	last map[string]skewSample
+}
+
+type skewSample struct {
+	skew time.Duration
+	at   time.Time
+}
+
+func (t *skewTracker) observe(id string, skew time.Duration, at time.Time) {
+	if id == "" {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.last == nil {
+		t.last = map[string]skewSample{}
+	}
+	t.last[id] = skewSample{skew, at}
+}
+
+// recent counts the nodes heard from within window whose clocks were off by
+// more than max, and those within it.
+func (t *skewTracker) recent(self string, window, max time.Duration, now time.Time) (off, within int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id, s := range t.last {
+		if id == self || now.Sub(s.at) > window {
+			continue
+		}
+		if s.skew > max || s.skew < -max {
+			off++
+		} else {
+			within++
+		}
+	}
+	return off, within
+}
+
+// leaderClockIsOutlier hands leadership away when most nodes that spoke to
+// this leader recently are refused for clock skew: then the leader's clock,
+// not theirs, is the one that is off, and while it leads nobody else can get
+// room. It returns true when leadership was handed off.
+func (n *Node) leaderClockIsOutlier() bool {
+	off, within := n.skews.recent(n.id, 5*time.Second, n.cfg.MaxSkew, time.Now())
+	if off < 2 || off <= within {
+		return false
+	}
+	n.logger.Warn("most nodes are refused for clock skew; this leader's clock looks wrong, handing off leadership",
+		"skewed_nodes", off, "in_step_nodes", within)
+	if err := n.rs.raft.LeadershipTransfer().Error(); err != nil {
+		n.logger.Warn("leadership transfer", "err", err)
+		return false
+	}
+	n.skews.mu.Lock()
+	n.skews.last = nil
+	n.skews.mu.Unlock()
+	return true
 }

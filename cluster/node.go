@@ -165,6 +165,7 @@ type Node struct {
 	skew       atomic.Int64 // this node's clock minus the leader's, ns
 
 	leaderState leaderState
+	skews       skewTracker
 
 	shutdownOnce sync.Once
 	shutdownCh   chan struct{}
