@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idgen/idgen/generator"
+	"github.com/idgen/idgen/rpc/idclient"
+)
+
+func bindVerify(fs *flag.FlagSet) runner {
+	duration := fs.Duration("duration", 10*time.Second, "how long to draw IDs")
+	rate := fs.Int("rate", 1000, "IDs per second to draw (calls of --batch IDs, paced)")
+	batch := fs.Int("batch", 100, "IDs per call")
+	concurrency := fs.Int("concurrency", 4, "calls in flight at most")
+	callTimeout := fs.Duration("call-timeout", idclient.DefaultCallTimeout, "bound for one call, retries included")
+	return func(ctx context.Context, g globals, args []string, e env) error {
+		if err := noArgs(args); err != nil {
+			return err
+		}
+		switch {
+		case *duration <= 0:
+			return usagef("--duration %s must be positive", *duration)
+		case *rate <= 0:
+			return usagef("--rate %d must be positive", *rate)
+		case *batch < 1 || *batch > generator.MaxBatch:
+			return usagef("--batch %d out of range 1..%d", *batch, generator.MaxBatch)
+		case *concurrency < 1 || *concurrency > 1024:
+			return usagef("--concurrency %d out of range 1..1024", *concurrency)
+		case *callTimeout <= 0:
+			return usagef("--call-timeout %s must be positive", *callTimeout)
+		}
+		if _, err := idclient.TargetAddrs(ctx, g.target); err != nil {
+			return usagef("%v", err)
+		}
+		r, err := idclient.Verify(ctx, g.target, idclient.VerifyOptions{
+			LoadOptions: idclient.LoadOptions{
+				Duration: *duration, Rate: *rate, Batch: *batch, Concurrency: *concurrency, CallTimeout: *callTimeout,
+			},
+			HistoryTimeout: g.timeout,
+		})
+		if err != nil {
+			return err
+		}
+		for _, herr := range r.History.Errors {
+			fmt.Fprintf(e.stderr, "idctl verify: warning: %s\n", describe(errors.Unwrap(herr)))
+		}
+		if g.json {
+			if err := printJSON(e.stdout, r); err != nil {
+				return err
+			}
+		} else {
+			printReport(e, r)
+		}
+		if !r.OK() {
+			return violationError{fmt.Sprintf("%d duplicates, %d containment violations", r.Duplicates, r.ContainmentViolations)}
+		}
+		return nil
+	}
+}
+
+func printReport(e env, r idclient.Report) {
+	w := e.stdout
+	fmt.Fprintf(w, "attempted     %d IDs in %d calls\n", r.Attempted, r.Load.Calls)
+	fmt.Fprintf(w, "acknowledged  %d IDs\n", r.Acknowledged)
+	fmt.Fprintf(w, "failed        %d IDs in %d calls (maybe issued, never seen)\n", r.Failed, r.Load.FailedCalls)
+	fmt.Fprintf(w, "duplicates    %d\n", r.Duplicates)
+	fmt.Fprintf(w, "containment   %d violations (%d IDs outside every granted window, %d overlapping tenures)\n",
+		r.ContainmentViolations, r.Containment.Outside, len(r.Containment.Overlaps))
+	slots := make([]string, 0, len(r.PerSlot))
+	for s := range r.PerSlot {
+		slots = append(slots, s)
+	}
+	slices.SortFunc(slots, func(a, b string) int { x, _ := strconv.Atoi(a); y, _ := strconv.Atoi(b); return x - y })
+	var per []string
+	for _, s := range slots {
+		per = append(per, fmt.Sprintf("%s=%d", s, r.PerSlot[s]))
+	}
+	fmt.Fprintf(w, "per slot      %s\n", strings.Join(per, " "))
+	fmt.Fprintf(w, "largest gap   %s\n", time.Duration(r.LargestGapMS)*time.Millisecond)
+	fmt.Fprintf(w, "success rate  %.4f\n", r.SuccessRate)
+	fmt.Fprintf(w, "duration      %s\n", time.Duration(r.DurationMS)*time.Millisecond)
+	fmt.Fprintf(w, "history       %d tenures from %d nodes, layout %s\n", len(r.History.Tenures), r.History.Answered, r.History.Layout)
+	for _, err := range r.Errors {
+		fmt.Fprintf(w, "error         %s\n", err)
+	}
+	for _, id := range r.DuplicateExamples {
+		fmt.Fprintf(w, "DUPLICATE     %d (%s)\n", id, generator.Encode(id))
+	}
+	for _, ex := range r.Containment.Examples {
+		fmt.Fprintf(w, "OUTSIDE       %s\n", ex)
+	}
+	for _, o := range r.Containment.Overlaps {
+		fmt.Fprintf(w, "OVERLAP       %s\n", o)
+	}
+	verdict := "OK: no duplicates, every ID inside a granted window"
+	if !r.OK() {
+		verdict = "FAILED"
+	}
+	fmt.Fprintln(w, verdict)
+}
