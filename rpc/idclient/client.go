@@ -24,6 +24,7 @@ import (
 	_ "google.golang.org/grpc/health" // client health checking; without it healthCheckConfig is silently ignored
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/idgen/idgen/generator"
 	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
 )
 
@@ -131,7 +132,32 @@ func (c *Client) GetIDBatch(ctx context.Context, count int) ([]int64, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkBatch(resp, count); err != nil {
+		return nil, err
+	}
 	return resp.GetIds(), nil
+}
+
+// ErrBadBatch: a node answered with IDs that cannot be right (wrong count,
+// out of the layout, or not of the slot it names). The batch is discarded.
+var ErrBadBatch = errors.New("idclient: node answered with a malformed batch")
+
+// checkBatch guards against a node that answers wrongly: a batch is used only
+// if it has the IDs asked for and each one is a valid ID of the slot the
+// response names (default layout).
+func checkBatch(resp *idgenv1.GetIDBatchResponse, count int) error {
+	ids := resp.GetIds()
+	if len(ids) == 0 || (count > 0 && len(ids) != count) {
+		return fmt.Errorf("%w: %d IDs for a request of %d, from node %q", ErrBadBatch, len(ids), count, resp.GetNode())
+	}
+	l := generator.DefaultLayout()
+	maxID, slotMask, slot := l.MaxID(), int64(l.Slots()-1), int64(resp.GetSlot())
+	for _, id := range ids {
+		if id < 0 || id > maxID || (id>>l.SequenceBits)&slotMask != slot {
+			return fmt.Errorf("%w: ID %d is not an ID of slot %d, from node %q", ErrBadBatch, id, slot, resp.GetNode())
+		}
+	}
+	return nil
 }
 
 // Conn is the underlying connection, for the admin API or health checks.

@@ -1,0 +1,41 @@
+package idclient
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/idgen/idgen/generator"
+	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
+)
+
+func TestCheckBatchRejectsWrongAnswers(t *testing.T) {
+	l := generator.DefaultLayout()
+	id := func(ts int64, slot int, seq int64) int64 {
+		v, err := l.Compose(ts, slot, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	good := &idgenv1.GetIDBatchResponse{Ids: []int64{id(5, 3, 0), id(5, 3, 1)}, Slot: 3, Node: "n"}
+	if err := checkBatch(good, 2); err != nil {
+		t.Fatalf("good batch refused: %v", err)
+	}
+	if err := checkBatch(good, 0); err != nil {
+		t.Fatalf("default-size batch refused: %v", err)
+	}
+	for name, tc := range map[string]struct {
+		resp  *idgenv1.GetIDBatchResponse
+		count int
+	}{
+		"empty":          {&idgenv1.GetIDBatchResponse{Slot: 3}, 0},
+		"short":          {good, 3},
+		"other slot":     {&idgenv1.GetIDBatchResponse{Ids: []int64{id(5, 2, 0)}, Slot: 3}, 1},
+		"negative":       {&idgenv1.GetIDBatchResponse{Ids: []int64{-1}, Slot: 0}, 1},
+		"outside layout": {&idgenv1.GetIDBatchResponse{Ids: []int64{l.MaxID() + 1}, Slot: 0}, 1},
+	} {
+		if err := checkBatch(tc.resp, tc.count); !errors.Is(err, ErrBadBatch) {
+			t.Errorf("%s: got %v, want ErrBadBatch", name, err)
+		}
+	}
+}
