@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -52,7 +53,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return exitOK
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "idgend: %v\n", errors.Unwrap(err))
+		fmt.Fprintf(stderr, "idgend: %s\n", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
 		fmt.Fprintln(stderr, "run idgend -h for the flags")
 		return exitUsage
 	}
