@@ -61,6 +61,10 @@ func bindVerify(fs *flag.FlagSet) runner {
 		if !r.OK() {
 			return violationError{fmt.Sprintf("%d duplicates, %d containment violations", r.Duplicates, r.ContainmentViolations)}
 		}
+		if r.Acknowledged == 0 {
+			// Fail closed: a run that saw no ID proves nothing.
+			return fmt.Errorf("no ID was acknowledged in %s, so nothing was checked; is the target serving? (see the errors above)", *duration)
+		}
 		return nil
 	}
 }
