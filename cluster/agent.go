@@ -74,7 +74,7 @@ func (n *Node) claim() *generator.Generator {
 	defer cancel()
 	r, err := n.propose(ctx, command{Type: cmdClaim, Node: &info, Layout: &l})
 	if err != nil {
-		n.setReason(claimFailure(err))
+		n.setReason(n.claimFailure(err))
 		n.logger.Debug("claim", "err", err)
 		return nil
 	}
@@ -91,12 +91,14 @@ func (n *Node) claim() *generator.Generator {
 	return g
 }
 
-func claimFailure(err error) string {
+func (n *Node) claimFailure(err error) string {
 	switch {
 	case errors.Is(err, ErrClusterFull):
 		return "standby: every slot is owned; waiting for one to be freed"
 	case errors.Is(err, ErrLayoutMismatch), errors.Is(err, ErrClockSkew):
 		return err.Error()
+	case errors.Is(err, ErrNoLeader) && !n.partOfCluster():
+		return "no slot: waiting to be added to a cluster by its leader (check --join), or for --bootstrap-expect nodes to meet"
 	case errors.Is(err, ErrNoLeader):
 		return "no slot: no raft leader known"
 	default:

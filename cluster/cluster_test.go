@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -207,4 +208,39 @@ func TestCutOffNodeStopsWhenWindowUsedUp(t *testing.T) {
 	if ok, _ := n.Ready(); ok {
 		t.Fatal("node cut off from quorum with its window used up reports ready")
 	}
+}
+
+func TestRestartOnNewAddressKeepsSlot(t *testing.T) {
+	tc := startThree(t)
+	before := tc.node("c").Status()
+	last := tc.issue(tc.node("c"), 2000)
+	tc.stop("c")
+	s := tc.specs["c"]
+	s.cfg.RaftAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	s.cfg.RaftAdvertise = ""
+	tc.start("c")
+	waitReady(t, tc.node("c"))
+	if st := tc.node("c").Status(); st.Slot != before.Slot {
+		t.Fatalf("slot changed across a move: %d -> %d", before.Slot, st.Slot)
+	}
+	waitFor(t, 20*time.Second, "the raft configuration to carry the new address", func() bool {
+		l := tc.node(leaderOf(tc, "a", "b", "c"))
+		if l == nil {
+			return false
+		}
+		f := l.rs.raft.GetConfiguration()
+		if f.Error() != nil {
+			return false
+		}
+		for _, srv := range f.Configuration().Servers {
+			if string(srv.ID) == before.ID {
+				return string(srv.Address) == s.cfg.RaftAddr
+			}
+		}
+		return false
+	})
+	if next := tc.issue(tc.node("c"), 100); next[0] <= last[len(last)-1] {
+		t.Fatalf("issued %d after the move, not above %d", next[0], last[len(last)-1])
+	}
+	tc.checkContainment()
 }

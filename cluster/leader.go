@@ -200,6 +200,20 @@ func (n *Node) reconcile() {
 			ls.nonvoterSince[id] = now
 			continue
 		}
+		if string(s.Address) != m.Meta.RaftAddr {
+			// The node restarted on a new address with its old state: adding
+			// it again under the same ID updates the address.
+			add := n.rs.raft.AddNonvoter
+			if s.Suffrage == raft.Voter {
+				add = n.rs.raft.AddVoter
+			}
+			if err := add(raft.ServerID(id), raft.ServerAddress(m.Meta.RaftAddr), 0, applyTimeout).Error(); err != nil {
+				n.logger.Warn("reconcile: update raft address", "id", id, "err", err)
+			} else {
+				n.logger.Info("updated raft address", "id", id, "from", s.Address, "to", m.Meta.RaftAddr)
+			}
+			continue
+		}
 		if s.Suffrage == raft.Voter {
 			delete(ls.nonvoterSince, id)
 			continue

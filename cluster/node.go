@@ -163,6 +163,7 @@ type Node struct {
 	claimIndex atomic.Uint64
 	reason     atomic.Pointer[string]
 	skew       atomic.Int64 // this node's clock minus the leader's, ns
+	leaderSeen atomic.Int64 // when a leader was last known, Unix ns
 
 	leaderState leaderState
 	skews       skewTracker
@@ -278,6 +279,7 @@ func (n *Node) housekeeping() {
 				n.logger.Debug("gossip join", "seeds", n.cfg.Join, "contacted", c, "err", err)
 			}
 		}
+		n.leaderKnown() // keeps leaderSeen fresh between readiness checks
 		member := n.inRaftConfig(n.id)
 		skewMS := n.skew.Load() / int64(time.Millisecond)
 		n.gossip.updateMeta(func(m *meta) {
@@ -318,13 +320,28 @@ func (n *Node) Ready() (bool, string) {
 	if r := *n.reason.Load(); r != "" {
 		return false, r
 	}
-	if _, id := n.rs.raft.LeaderWithID(); id == "" {
+	if !n.leaderKnown() {
 		return false, "no raft leader known"
 	}
 	if g.Granted() <= g.Head() {
 		return false, fmt.Sprintf("no room to issue: granted window ends at %d, issuing at %d; waiting for the leader", g.Granted(), g.Head())
 	}
 	return true, ""
+}
+
+// leaderGrace is how long a node still counts a leader as known after losing
+// sight of it: an election takes about a second, and the granted window, not
+// the leader, bounds what the node may issue meanwhile.
+const leaderGrace = 3 * time.Second
+
+// leaderKnown reports whether a Raft leader is known now or was within leaderGrace.
+func (n *Node) leaderKnown() bool {
+	now := time.Now().UnixNano()
+	if _, id := n.rs.raft.LeaderWithID(); id != "" {
+		n.leaderSeen.Store(now)
+		return true
+	}
+	return now-n.leaderSeen.Load() < int64(leaderGrace)
 }
 
 // NextBatch mints n IDs from the node's slot.
