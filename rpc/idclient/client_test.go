@@ -271,8 +271,7 @@ func TestPoolCloseKeepsFetchedIDs(t *testing.T) {
 }
 
 func TestPoolSurfacesFetchError(t *testing.T) {
-	n := startNode(t, 1, rpc.ServerConfig{BatchSize: 10})
-	n.fake.setReady(false, "cluster full: all slots are owned")
+	n := startNodeReady(t, 1, rpc.ServerConfig{BatchSize: 10}, false, "cluster full: all slots are owned")
 	// Long enough for all retries to run, so the fetch ends with the node's answer.
 	c := dial(t, n.addr, WithCallTimeout(2*time.Second))
 	p, err := NewPool(c, PoolOptions{})

@@ -106,7 +106,14 @@ type node struct {
 // startNode runs a real rpc.Server for a fake node on 127.0.0.1:0.
 func startNode(t testing.TB, slot int, cfg rpc.ServerConfig) *node {
 	t.Helper()
-	f := &fakeNode{slot: slot, layout: generator.DefaultLayout(), ready: true}
+	return startNodeReady(t, slot, cfg, true, "")
+}
+
+// startNodeReady starts a node whose readiness is set before it serves, so
+// its prefetch buffer holds nothing minted while it was ready.
+func startNodeReady(t testing.TB, slot int, cfg rpc.ServerConfig, ready bool, reason string) *node {
+	t.Helper()
+	f := &fakeNode{slot: slot, layout: generator.DefaultLayout(), ready: ready, reason: reason}
 	cfg.Backend = f
 	cfg.NodeName = fmt.Sprintf("node-%d", slot)
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
