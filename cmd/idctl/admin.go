@@ -204,7 +204,7 @@ func runStatus(ctx context.Context, g globals, args []string, e env) error {
 		{"floor", at(st.GetFloor())},
 		{"cursor", at(st.GetCursor())},
 		{"granted", at(st.GetGranted())},
-		{"ids issued", fmt.Sprint(st.GetIdsIssued())},
+		{"ids minted", fmt.Sprint(st.GetIdsIssued())},
 		{"layout", st.GetLayout()},
 		{"raft index", fmt.Sprintf("applied %d, last %d", st.GetRaftAppliedIndex(), st.GetRaftLastIndex())},
 	} {
