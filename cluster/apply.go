@@ -298,7 +298,9 @@ func (n *Node) Leave(ctx context.Context) error {
 func retry(ctx context.Context, every time.Duration, f func() error) error {
 	for {
 		err := f()
-		if err == nil || errors.Is(err, ErrUnknownNode) || errors.Is(err, ErrQuorum) || errors.Is(err, ErrRemoveSelf) {
+		// ErrQuorum is retried: right after a restart gossip may not yet show
+		// every live voter, and the count catches up within seconds.
+		if err == nil || errors.Is(err, ErrUnknownNode) || errors.Is(err, ErrRemoveSelf) {
 			return err
 		}
 		select {

@@ -186,11 +186,23 @@ func (n *Node) reconcile() {
 		s, ok := inRaft[id]
 		if !ok {
 			// A wiped data dir comes back as a new ID on the old address;
-			// Raft refuses two servers on one address, so the old one goes.
+			// Raft refuses two servers on one address, so the old one goes,
+			// but only once gossip no longer sees it alive: otherwise the two
+			// would take the address from each other on every sweep.
+			taken := false
 			for _, old := range servers {
-				if string(old.Address) == m.Meta.RaftAddr && string(old.ID) != id && string(old.ID) != n.id {
-					n.reap(string(old.ID), "address taken over by "+id)
+				if string(old.Address) != m.Meta.RaftAddr || string(old.ID) == id || string(old.ID) == n.id {
+					continue
 				}
+				if om, seen := members[string(old.ID)]; seen && (om.State == "alive" || om.State == "suspect") {
+					taken = true
+					continue
+				}
+				n.reap(string(old.ID), "address taken over by "+id)
+			}
+			if taken {
+				n.logger.Info("waiting for the old owner of a raft address to fail before adding its successor", "id", id, "raft", m.Meta.RaftAddr)
+				continue
 			}
 			if err := n.rs.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(m.Meta.RaftAddr), 0, applyTimeout).Error(); err != nil {
 				n.logger.Warn("reconcile: add non-voter", "id", id, "err", err)

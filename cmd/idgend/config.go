@@ -44,6 +44,7 @@ type Config struct {
 	BufferDepth       int
 	MaxCount          int
 	SnapshotThreshold uint64
+	SnapshotInterval  time.Duration
 
 	GossipProfile        string
 	EnableFaultInjection bool
@@ -84,6 +85,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.IntVar(&c.BufferDepth, "buffer-depth", rpc.DefaultBufferDepth, "prefetched batches kept ready")
 	fs.IntVar(&c.MaxCount, "max-count", rpc.DefaultMaxCount, "largest count one GetIDBatch call may ask for")
 	fs.Uint64Var(&c.SnapshotThreshold, "snapshot-threshold", 0, "Raft log entries between snapshots (0 = Raft's default)")
+	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", 0, "how often Raft checks whether to snapshot (0 = Raft's default, 120s)")
 	fs.StringVar(&c.GossipProfile, "gossip-profile", "lan", "memberlist timing profile: lan, or local for one host (tests)")
 	fs.BoolVar(&c.EnableFaultInjection, "enable-fault-injection", false, "allow ClusterService.Fault to move this node's clock (chaos tests only)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 5*time.Second, "bounded wait for in-flight calls on SIGINT/SIGTERM")
@@ -196,6 +198,9 @@ func (c *Config) validate() error {
 	}
 	if c.GossipProfile != "lan" && c.GossipProfile != "local" {
 		return fmt.Errorf("--gossip-profile %q: want lan or local", c.GossipProfile)
+	}
+	if c.SnapshotInterval < 0 {
+		return fmt.Errorf("--snapshot-interval %s must not be negative", c.SnapshotInterval)
 	}
 	if c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("--shutdown-timeout %s must be positive", c.ShutdownTimeout)

@@ -140,6 +140,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		MaxSkew:              cfg.MaxSkew,
 		ReapAfter:            cfg.ReapAfter,
 		SnapshotThreshold:    cfg.SnapshotThreshold,
+		SnapshotInterval:     cfg.SnapshotInterval,
 		GossipLocal:          cfg.GossipProfile == "local",
 		EnableFaultInjection: cfg.EnableFaultInjection,
 		Forwarder:            forwarder,
