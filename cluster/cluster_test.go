@@ -223,11 +223,21 @@ func TestRestartOnNewAddressKeepsSlot(t *testing.T) {
 	if st := tc.node("c").Status(); st.Slot != before.Slot {
 		t.Fatalf("slot changed across a move: %d -> %d", before.Slot, st.Slot)
 	}
-	waitFor(t, 20*time.Second, "the raft configuration to carry the new address", func() bool {
-		l := tc.node(leaderOf(tc, "a", "b", "c"))
-		if l == nil {
+	var seen string
+	defer func() {
+		if t.Failed() {
+			t.Logf("last view: %s", seen)
+		}
+	}()
+	waitFor(t, 45*time.Second, "the raft configuration to carry the new address", func() bool {
+		name := leaderOf(tc, "a", "b", "c")
+		if name == "" {
+			seen = "no leader"
 			return false
 		}
+		l := tc.node(name)
+		gm := l.gossip.snapshot()[before.ID]
+		seen = fmt.Sprintf("leader %s; gossip of c: state %s raft %s", name, gm.State, gm.Meta.RaftAddr)
 		f := l.rs.raft.GetConfiguration()
 		if f.Error() != nil {
 			return false
