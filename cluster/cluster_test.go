@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -252,5 +253,68 @@ func TestRestartOnNewAddressKeepsSlot(t *testing.T) {
 	if next := tc.issue(tc.node("c"), 100); next[0] <= last[len(last)-1] {
 		t.Fatalf("issued %d after the move, not above %d", next[0], last[len(last)-1])
 	}
+	tc.checkContainment()
+}
+
+func TestLaggingNodeCatchesUpFromSnapshot(t *testing.T) {
+	tc := newTestCluster(t)
+	for _, name := range []string{"a", "b", "c"} {
+		var join []string
+		if name != "a" {
+			join = []string{"a"}
+		}
+		s := tc.add(name, 3, join...)
+		s.cfg.SnapshotThreshold = 16
+		s.cfg.SnapshotInterval = 200 * time.Millisecond
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		tc.start(name)
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		waitReady(t, tc.node(name))
+	}
+	var lagger string
+	waitFor(t, 10*time.Second, "a follower to stop", func() bool {
+		l := leaderOf(tc, "a", "b", "c")
+		for _, name := range []string{"a", "b", "c"} {
+			if l != "" && name != l {
+				lagger = name
+				return true
+			}
+		}
+		return false
+	})
+	tc.issue(tc.node(lagger), 1000)
+	tc.stop(lagger)
+	// Write enough entries for the leader to snapshot and compact past
+	// everything the stopped node has.
+	var leader *Node
+	waitFor(t, 20*time.Second, "the leader to snapshot past the stopped node", func() bool {
+		leader = tc.node(leaderOf(tc, "a", "b", "c"))
+		if leader == nil || leader.Name() == lagger {
+			return false
+		}
+		slot := leader.Status().Slot
+		for i := 0; i < 20; i++ {
+			if _, _, err := leader.raftApply(context.Background(), command{Type: cmdReserve, NodeID: leader.ID(), Slot: slot}); err != nil {
+				return false
+			}
+		}
+		first, err := leader.rs.boltStore.FirstIndex()
+		return err == nil && first > tc.specs[lagger].lastIndex
+	})
+	tc.start(lagger)
+	n := tc.node(lagger)
+	waitReady(t, n)
+	waitFor(t, 20*time.Second, "the restarted node to install a snapshot and catch up", func() bool {
+		return n.rs.raft.Stats()["last_snapshot_index"] != "0" && n.rs.raft.AppliedIndex() >= leader.rs.raft.AppliedIndex()-5
+	})
+	// The installed snapshot replaced the state: both now hold the same tenures.
+	waitFor(t, 20*time.Second, "the restarted node's state to match the leader's", func() bool {
+		mine, _ := n.History(context.Background())
+		theirs, _ := leader.History(context.Background())
+		return reflect.DeepEqual(mine, theirs)
+	})
+	tc.issue(n, 1000)
 	tc.checkContainment()
 }

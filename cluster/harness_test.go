@@ -61,6 +61,8 @@ type issuer struct{ name, id string }
 type nodeSpec struct {
 	cfg  Config
 	node *Node
+	// lastIndex is the node's last Raft index when it was stopped.
+	lastIndex uint64
 }
 
 func newTestCluster(t *testing.T) *testCluster {
@@ -150,6 +152,7 @@ func (tc *testCluster) stop(name string) {
 	tc.t.Helper()
 	s := tc.specs[name]
 	tc.fwd.set(s.cfg.GRPCAddr, nil)
+	s.lastIndex = s.node.rs.raft.LastIndex()
 	if err := s.node.Close(); err != nil {
 		tc.t.Logf("close %s: %v", name, err)
 	}
