@@ -45,6 +45,19 @@ func adminClient(g globals) (idgenv1.ClusterServiceClient, func(), error) {
 	return idgenv1.NewClusterServiceClient(conn), func() { conn.Close() }, nil
 }
 
+// callAdmin dials the admin target and makes one call, bounded by --timeout.
+func callAdmin[T any](ctx context.Context, g globals, call func(context.Context, idgenv1.ClusterServiceClient) (T, error)) (T, error) {
+	c, done, err := adminClient(g)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	defer done()
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	return call(ctx, c)
+}
+
 // describe renders an error for people: gRPC code and the server's message,
 // which says what to do.
 func describe(err error) string {
@@ -89,14 +102,9 @@ func runMembers(ctx context.Context, g globals, args []string, e env) error {
 	if err := noArgs(args); err != nil {
 		return err
 	}
-	c, done, err := adminClient(g)
-	if err != nil {
-		return err
-	}
-	defer done()
-	ctx, cancel := context.WithTimeout(ctx, g.timeout)
-	defer cancel()
-	resp, err := c.Members(ctx, &idgenv1.MembersRequest{})
+	resp, err := callAdmin(ctx, g, func(ctx context.Context, c idgenv1.ClusterServiceClient) (*idgenv1.MembersResponse, error) {
+		return c.Members(ctx, &idgenv1.MembersRequest{})
+	})
 	if err != nil {
 		return err
 	}
@@ -159,14 +167,9 @@ func runStatus(ctx context.Context, g globals, args []string, e env) error {
 	if err := noArgs(args); err != nil {
 		return err
 	}
-	c, done, err := adminClient(g)
-	if err != nil {
-		return err
-	}
-	defer done()
-	ctx, cancel := context.WithTimeout(ctx, g.timeout)
-	defer cancel()
-	st, err := c.Status(ctx, &idgenv1.StatusRequest{})
+	st, err := callAdmin(ctx, g, func(ctx context.Context, c idgenv1.ClusterServiceClient) (*idgenv1.StatusResponse, error) {
+		return c.Status(ctx, &idgenv1.StatusRequest{})
+	})
 	if err != nil {
 		return err
 	}
@@ -225,14 +228,9 @@ func runJoin(ctx context.Context, g globals, args []string, e env) error {
 	if len(addrs) == 0 {
 		return usagef("join needs at least one gossip address (host:port of another node's --gossip-addr)")
 	}
-	c, done, err := adminClient(g)
-	if err != nil {
-		return err
-	}
-	defer done()
-	ctx, cancel := context.WithTimeout(ctx, g.timeout)
-	defer cancel()
-	resp, err := c.Join(ctx, &idgenv1.JoinRequest{Addrs: addrs})
+	resp, err := callAdmin(ctx, g, func(ctx context.Context, c idgenv1.ClusterServiceClient) (*idgenv1.JoinResponse, error) {
+		return c.Join(ctx, &idgenv1.JoinRequest{Addrs: addrs})
+	})
 	if err != nil {
 		return err
 	}
@@ -247,14 +245,9 @@ func runLeave(ctx context.Context, g globals, args []string, e env) error {
 	if err := noArgs(args); err != nil {
 		return err
 	}
-	c, done, err := adminClient(g)
-	if err != nil {
-		return err
-	}
-	defer done()
-	ctx, cancel := context.WithTimeout(ctx, g.timeout)
-	defer cancel()
-	if _, err := c.Leave(ctx, &idgenv1.LeaveRequest{}); err != nil {
+	if _, err := callAdmin(ctx, g, func(ctx context.Context, c idgenv1.ClusterServiceClient) (*idgenv1.LeaveResponse, error) {
+		return c.Leave(ctx, &idgenv1.LeaveRequest{})
+	}); err != nil {
 		return err
 	}
 	if g.json {
@@ -268,14 +261,9 @@ func runRemove(ctx context.Context, g globals, args []string, e env) error {
 	if len(args) != 1 {
 		return usagef("remove takes exactly one node ID or name (see idctl members)")
 	}
-	c, done, err := adminClient(g)
-	if err != nil {
-		return err
-	}
-	defer done()
-	ctx, cancel := context.WithTimeout(ctx, g.timeout)
-	defer cancel()
-	resp, err := c.Remove(ctx, &idgenv1.RemoveRequest{Node: args[0]})
+	resp, err := callAdmin(ctx, g, func(ctx context.Context, c idgenv1.ClusterServiceClient) (*idgenv1.RemoveResponse, error) {
+		return c.Remove(ctx, &idgenv1.RemoveRequest{Node: args[0]})
+	})
 	if err != nil {
 		return err
 	}
@@ -350,14 +338,9 @@ func bindFault(fs *flag.FlagSet) runner {
 		if len(args) != 1 || args[0] != "clock" {
 			return usagef("fault takes one kind of fault: clock")
 		}
-		c, done, err := adminClient(g)
-		if err != nil {
-			return err
-		}
-		defer done()
-		ctx, cancel := context.WithTimeout(ctx, g.timeout)
-		defer cancel()
-		resp, err := c.Fault(ctx, &idgenv1.FaultRequest{ClockOffsetMs: offset.Milliseconds()})
+		resp, err := callAdmin(ctx, g, func(ctx context.Context, c idgenv1.ClusterServiceClient) (*idgenv1.FaultResponse, error) {
+			return c.Fault(ctx, &idgenv1.FaultRequest{ClockOffsetMs: offset.Milliseconds()})
+		})
 		if err != nil {
 			return err
 		}
