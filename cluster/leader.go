@@ -122,6 +122,20 @@ func (n *Node) reconcile() {
 		}
 	}
 
+	// A leader that restarted on a new address still has its old one in the
+	// configuration; other servers would dial that after it steps down.
+	if s, ok := inRaft[n.id]; ok && string(s.Address) != n.cfg.RaftAdvertise {
+		add := n.rs.raft.AddNonvoter
+		if s.Suffrage == raft.Voter {
+			add = n.rs.raft.AddVoter
+		}
+		if err := add(s.ID, raft.ServerAddress(n.cfg.RaftAdvertise), 0, applyTimeout).Error(); err != nil {
+			n.logger.Warn("reconcile: update own raft address", "err", err)
+		} else {
+			n.logger.Info("updated own raft address", "from", s.Address, "to", n.cfg.RaftAdvertise)
+		}
+	}
+
 	// Remove servers that left, or that have been gone longer than ReapAfter.
 	for _, s := range servers {
 		id := string(s.ID)
