@@ -25,10 +25,11 @@ func TestFSMWindowsNeverOverlap(t *testing.T) {
 		}
 		apply(initCmd())
 		nodes := []string{"n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9"}
-		// granted[node] is what each node believes it may stamp, per slot,
-		// from the results it received: exactly what a generator would use.
+		// held[node][slot] lists the windows a node was told it may stamp:
+		// each claim starts a new generator at the returned floor, and each
+		// accepted reserve extends the newest one, exactly as the agent does.
 		type window struct{ floor, granted int64 }
-		held := map[string]map[int]window{}
+		held := map[string]map[int][]window{}
 		prevHW := make([]int64, 8)
 		steps := rapid.IntRange(1, 200).Draw(rt, "steps")
 		for i := 0; i < steps; i++ {
@@ -48,19 +49,19 @@ func TestFSMWindowsNeverOverlap(t *testing.T) {
 			r, ok := res.(result)
 			if ok {
 				if held[node] == nil {
-					held[node] = map[int]window{}
+					held[node] = map[int][]window{}
 				}
 				switch c.Type {
 				case cmdClaim:
-					if w, had := held[node][r.Slot]; !had || w.granted < r.Floor {
-						held[node][r.Slot] = window{r.Floor, r.Floor}
-					}
+					held[node][r.Slot] = append(held[node][r.Slot], window{r.Floor, r.Floor})
 				case cmdReserve:
-					w := held[node][c.Slot]
-					if r.Granted > w.granted {
+					ws := held[node][c.Slot]
+					if len(ws) == 0 {
+						rt.Fatalf("reserve by %s on slot %d accepted without a claim", node, c.Slot)
+					}
+					if w := &ws[len(ws)-1]; r.Granted > w.granted {
 						w.granted = r.Granted
 					}
-					held[node][c.Slot] = w
 				}
 			}
 			for s, sl := range f.state.Slots {
@@ -84,18 +85,20 @@ func TestFSMWindowsNeverOverlap(t *testing.T) {
 		// Every window a node was told it may use lies inside one of its
 		// tenures of that slot.
 		for node, slots := range held {
-			for slot, w := range slots {
-				if w.granted == w.floor {
-					continue // nothing usable was granted
-				}
-				inside := false
-				for _, tn := range f.state.Tenures {
-					if tn.Slot == slot && tn.NodeID == node && w.floor >= tn.Floor && w.granted <= tn.Granted {
-						inside = true
+			for slot, ws := range slots {
+				for _, w := range ws {
+					if w.granted == w.floor {
+						continue // nothing usable was granted
 					}
-				}
-				if !inside {
-					rt.Fatalf("%s believes it may stamp slot %d in (%d, %d], outside its tenures %s", node, slot, w.floor, w.granted, fmt.Sprint(f.state.Tenures))
+					inside := false
+					for _, tn := range f.state.Tenures {
+						if tn.Slot == slot && tn.NodeID == node && w.floor >= tn.Floor && w.granted <= tn.Granted {
+							inside = true
+						}
+					}
+					if !inside {
+						rt.Fatalf("%s believes it may stamp slot %d in (%d, %d], outside its tenures %s", node, slot, w.floor, w.granted, fmt.Sprint(f.state.Tenures))
+					}
 				}
 			}
 		}
