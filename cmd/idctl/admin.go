@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/idgen/idgen/generator"
@@ -38,7 +37,11 @@ func adminClient(g globals) (idgenv1.ClusterServiceClient, func(), error) {
 	if t == "" || (!strings.Contains(t, "://") && !strings.Contains(t, ":")) {
 		return nil, nil, usagef("--target %q: want host:port[,host:port...] or dns:///name:port", g.target)
 	}
-	conn, err := grpc.NewClient(t, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds, err := idclient.TransportCredentials(g.clientOptions()...)
+	if err != nil {
+		return nil, nil, err
+	}
+	conn, err := grpc.NewClient(t, creds)
 	if err != nil {
 		return nil, nil, usagef("--target %q: %v", g.target, err)
 	}
@@ -286,7 +289,7 @@ func runHistory(ctx context.Context, g globals, args []string, e env) error {
 	if err != nil {
 		return usagef("%v", err)
 	}
-	h, err := idclient.FetchHistory(ctx, addrs, g.timeout)
+	h, err := idclient.FetchHistory(ctx, addrs, g.timeout, g.clientOptions()...)
 	if err != nil {
 		return err
 	}

@@ -38,7 +38,7 @@ func bindIDs(fs *flag.FlagSet) runner {
 		if per < 1 {
 			return usagef("--batch %d: want at least 1", per)
 		}
-		client, err := idclient.Dial(g.target, idclient.WithCallTimeout(g.timeout))
+		client, err := idclient.Dial(g.target, append(g.clientOptions(), idclient.WithCallTimeout(g.timeout))...)
 		if err != nil {
 			return usagef("%v", err)
 		}

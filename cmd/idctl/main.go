@@ -7,6 +7,7 @@
 //	--target host:port[,host:port...] | dns:///name:port   (env IDGEN_TARGET, default localhost:50051)
 //	--timeout D    bound for each call (default 10s)
 //	--json         JSON for scripts instead of tables
+//	--tls-cert F --tls-key F --tls-ca F   mutual TLS (env IDGEN_TLS_CERT, _KEY, _CA)
 //
 // Admin commands (members, status, join, leave, remove, fault) go to the first
 // address of the target; ids and verify balance over all of them; history
@@ -25,6 +26,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/idgen/idgen/rpc/tlsconf"
 )
 
 // Exit codes scripts can rely on.
@@ -42,6 +45,7 @@ type globals struct {
 	target  string
 	timeout time.Duration
 	json    bool
+	tls     tlsconf.Files
 }
 
 // env is the process environment a command runs in.
@@ -87,6 +91,7 @@ func commandList() []command {
 		{name: "verify", args: "--duration D --rate R [--batch N] [--concurrency C]", help: "load the target and check every acknowledged ID: no duplicates, all inside Raft-granted windows", bind: bindVerify},
 		{name: "history", help: "the slot tenures the Raft log granted, merged from every target address", bind: noFlags(runHistory)},
 		{name: "fault", args: "clock --offset D", help: "move the node's clock (only with idgend --enable-fault-injection); --offset 0 resets it", bind: bindFault},
+		{name: "tls", args: "ca create --dir DIR | cert create --dir DIR --role server|client|admin --name NAME [--dns NAMES] [--ip IPS] [--days N]", help: "make the cluster's CA and its certificates (standard library crypto; keys are written 0600)", bind: bindTLS},
 	}
 }
 
@@ -148,6 +153,10 @@ func run(ctx context.Context, args []string, e env) int {
 		fmt.Fprintln(e.stderr, "idctl: --target is empty; want host:port[,host:port...] or dns:///name:port")
 		return exitUsage
 	}
+	if err := g.tls.Check(); err != nil {
+		fmt.Fprintf(e.stderr, "idctl: %v: give --tls-cert, --tls-key and --tls-ca (or IDGEN_TLS_*) together\n", err)
+		return exitUsage
+	}
 	err = runCmd(ctx, g, rest, e)
 	var ue usageError
 	var ve violationError
@@ -175,6 +184,8 @@ func addGlobals(fs *flag.FlagSet, g *globals, e env) {
 	fs.StringVar(&g.target, "target", target, "host:port[,host:port...] or dns:///name:port (env IDGEN_TARGET); admin commands use the first address")
 	fs.DurationVar(&g.timeout, "timeout", 10*time.Second, "bound for each call")
 	fs.BoolVar(&g.json, "json", false, "print JSON instead of tables")
+	g.tls = tlsFromEnv(e)
+	addTLSFlags(fs, &g.tls)
 }
 
 // addGlobalsKeep registers the globals with their current values as defaults.
@@ -182,6 +193,7 @@ func addGlobalsKeep(fs *flag.FlagSet, g *globals) {
 	fs.StringVar(&g.target, "target", g.target, "host:port[,host:port...] or dns:///name:port (env IDGEN_TARGET); admin commands use the first address")
 	fs.DurationVar(&g.timeout, "timeout", g.timeout, "bound for each call")
 	fs.BoolVar(&g.json, "json", g.json, "print JSON instead of tables")
+	addTLSFlags(fs, &g.tls)
 }
 
 // parseInterleaved parses flags that may come before, between or after the
@@ -205,7 +217,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 func usage(w io.Writer, top *flag.FlagSet) {
-	fmt.Fprintf(w, "Usage: idctl [--target T] [--timeout D] [--json] COMMAND [ARGS]\n\nCommands:\n")
+	fmt.Fprintf(w, "Usage: idctl [--target T] [--timeout D] [--json] [--tls-cert F --tls-key F --tls-ca F] COMMAND [ARGS]\n\nCommands:\n")
 	for _, c := range commandList() {
 		fmt.Fprintf(w, "  %s\n      %s\n", strings.TrimSpace(c.name+" "+c.args), c.help)
 	}

@@ -44,6 +44,7 @@ func bindVerify(fs *flag.FlagSet) runner {
 				Duration: *duration, Rate: *rate, Batch: *batch, Concurrency: *concurrency, CallTimeout: *callTimeout,
 			},
 			HistoryTimeout: g.timeout,
+			DialOptions:    g.clientOptions(),
 		})
 		if err != nil {
 			return err

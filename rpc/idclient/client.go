@@ -14,18 +14,21 @@ package idclient
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	_ "google.golang.org/grpc/health" // client health checking; without it healthCheckConfig is silently ignored
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/idgen/idgen/generator"
 	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
+	"github.com/idgen/idgen/rpc/tlsconf"
 )
 
 // HealthService is the health service name a node reports SERVING only while
@@ -62,11 +65,51 @@ type Option func(*options)
 type options struct {
 	callTimeout time.Duration
 	dialOpts    []grpc.DialOption
+	tlsFiles    tlsconf.Files
+	tlsConfig   *tls.Config
 }
 
 // WithCallTimeout sets the bound for one GetIDBatch call (default
 // DefaultCallTimeout). A caller's earlier deadline still wins.
 func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
+
+// WithTLS dials with mutual TLS: the client shows the certificate in
+// certFile (key in keyFile) and trusts servers whose certificate chains to the
+// CA in caFile and names the host dialed. The files are read by Dial.
+func WithTLS(certFile, keyFile, caFile string) Option {
+	return func(o *options) { o.tlsFiles = tlsconf.Files{Cert: certFile, Key: keyFile, CA: caFile} }
+}
+
+// WithTLSConfig dials with the given TLS configuration (it should carry a
+// client certificate: idgend nodes with TLS refuse callers without one).
+func WithTLSConfig(cfg *tls.Config) Option { return func(o *options) { o.tlsConfig = cfg } }
+
+// TransportCredentials returns the dial option that opts' TLS settings make
+// (insecure without any), for other gRPC clients of the same nodes, such as
+// idctl's admin calls.
+func TransportCredentials(opts ...Option) (grpc.DialOption, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o.transportCredentials()
+}
+
+// transportCredentials are insecure unless a TLS option was given.
+func (o *options) transportCredentials() (grpc.DialOption, error) {
+	cfg := o.tlsConfig
+	if o.tlsFiles.Enabled() {
+		m, err := tlsconf.Load(o.tlsFiles)
+		if err != nil {
+			return nil, fmt.Errorf("idclient: %w", err)
+		}
+		cfg = m.ClientConfig()
+	}
+	if cfg == nil {
+		return grpc.WithTransportCredentials(insecure.NewCredentials()), nil
+	}
+	return grpc.WithTransportCredentials(credentials.NewTLS(cfg)), nil
+}
 
 // WithDialOptions appends gRPC dial options (e.g. TLS credentials, which then
 // replace the default insecure ones).
@@ -101,8 +144,12 @@ func Dial(target string, opts ...Option) (*Client, error) {
 		}
 		target = listScheme + ":///" + target
 	}
+	creds, err := o.transportCredentials()
+	if err != nil {
+		return nil, err
+	}
 	dialOpts := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		creds,
 		grpc.WithResolvers(listBuilder{}),
 		grpc.WithDefaultServiceConfig(serviceConfig),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{

@@ -2,6 +2,7 @@ package idclient
 
 import (
 	"fmt"
+	"net"
 	"strings"
 
 	"google.golang.org/grpc/resolver"
@@ -25,8 +26,12 @@ func (listBuilder) Build(target resolver.Target, cc resolver.ClientConn, _ resol
 	}
 	state := resolver.State{Endpoints: make([]resolver.Endpoint, 0, len(addrs))}
 	for _, a := range addrs {
-		state.Endpoints = append(state.Endpoints, resolver.Endpoint{Addresses: []resolver.Address{{Addr: a}}})
-		state.Addresses = append(state.Addresses, resolver.Address{Addr: a})
+		// Each address is its own TLS server name: the list as a whole is
+		// no host name a certificate could carry.
+		host, _, _ := net.SplitHostPort(a)
+		addr := resolver.Address{Addr: a, ServerName: host}
+		state.Endpoints = append(state.Endpoints, resolver.Endpoint{Addresses: []resolver.Address{addr}})
+		state.Addresses = append(state.Addresses, addr)
 	}
 	if err := cc.UpdateState(state); err != nil {
 		return nil, fmt.Errorf("idclient: resolve %q: %w", target.Endpoint(), err)

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/idgen/idgen/generator"
 	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
@@ -421,8 +420,13 @@ type History struct {
 
 // FetchHistory asks every address for ClusterService.History, all at once
 // (a paused node costs one timeout, not one each), and merges the answers
-// (MergeTenures). It fails only when no node answers.
-func FetchHistory(ctx context.Context, addrs []string, timeout time.Duration) (History, error) {
+// (MergeTenures). It fails only when no node answers. Of opts, only the TLS
+// options apply.
+func FetchHistory(ctx context.Context, addrs []string, timeout time.Duration, opts ...Option) (History, error) {
+	creds, err := TransportCredentials(opts...)
+	if err != nil {
+		return History{}, err
+	}
 	type answer struct {
 		tenures []Tenure
 		layout  string
@@ -435,7 +439,7 @@ func FetchHistory(ctx context.Context, addrs []string, timeout time.Duration) (H
 		go func() {
 			defer wg.Done()
 			a := &answers[i]
-			a.tenures, a.layout, a.err = fetchOne(ctx, addr, timeout)
+			a.tenures, a.layout, a.err = fetchOne(ctx, addr, timeout, creds)
 		}()
 	}
 	wg.Wait()
@@ -476,8 +480,8 @@ func keys(m map[string]bool) []string {
 	return out
 }
 
-func fetchOne(ctx context.Context, addr string, timeout time.Duration) ([]Tenure, string, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func fetchOne(ctx context.Context, addr string, timeout time.Duration, creds grpc.DialOption) ([]Tenure, string, error) {
+	conn, err := grpc.NewClient(addr, creds)
 	if err != nil {
 		return nil, "", err
 	}
@@ -562,7 +566,7 @@ func Verify(ctx context.Context, target string, opts VerifyOptions) (Report, err
 	}
 	// History after the load: Granted only grows, so the windows fetched now
 	// cover every ID handed out before.
-	hist, err := FetchHistory(ctx, addrs, opts.HistoryTimeout)
+	hist, err := FetchHistory(ctx, addrs, opts.HistoryTimeout, opts.DialOptions...)
 	if err != nil {
 		return Report{}, err
 	}
@@ -576,7 +580,7 @@ func Verify(ctx context.Context, target string, opts VerifyOptions) (Report, err
 		case <-ctx.Done():
 			t.Stop()
 		case <-t.C:
-			if again, err := FetchHistory(ctx, addrs, opts.HistoryTimeout); err == nil {
+			if again, err := FetchHistory(ctx, addrs, opts.HistoryTimeout, opts.DialOptions...); err == nil {
 				again.Tenures = MergeTenures(hist.Tenures, again.Tenures)
 				r = BuildReport(st, checker, again)
 			}
