@@ -31,4 +31,13 @@ var (
 	ErrMintPanic = errors.New("mint panicked")
 	// ErrPartialBatch: the producer's mint function returned a batch of the wrong size.
 	ErrPartialBatch = errors.New("mint returned a partial batch")
+	// ErrInvalidKey: a code key that is not 32 bytes, or a tweak over its limit.
+	ErrInvalidKey = errors.New("invalid code key")
+	// ErrUnknownCode: a well-formed code that decrypts, under the codec's key
+	// and tweak, to no ID that encodes to it (made under another key or tweak,
+	// or mistyped).
+	ErrUnknownCode = errors.New("code decodes to no ID")
+	// ErrFF1Domain: FF1 asked for a radix, length, tweak or numeral outside
+	// what the standard or this implementation supports.
+	ErrFF1Domain = errors.New("outside FF1's domain")
 )
