@@ -86,6 +86,9 @@ func openGossip(cfg *Config, nodeID string, local meta, logger *slog.Logger) (*g
 	// A node that restarts on a new address keeps its name (its node ID);
 	// without this memberlist refuses it as a name conflict.
 	mc.DeadNodeReclaimTime = 5 * time.Second
+	if err := secureGossip(mc, cfg); err != nil {
+		return nil, err
+	}
 	mc.Logger = log.New(&slogWriter{logger: g.logger}, "", 0)
 	list, err := memberlist.Create(mc)
 	if err != nil {

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -57,6 +58,16 @@ type Config struct {
 	GossipLocal bool
 	// EnableFaultInjection allows SetClockOffset.
 	EnableFaultInjection bool
+
+	// RaftTLS, when set, runs Raft over TLS with it on both ends; it must
+	// verify that the peer holds a server certificate (transport.go).
+	RaftTLS *tls.Config
+	// GossipKeys encrypt gossip (the first) and decrypt it (all); a member
+	// without one of them is never heard. Empty means plaintext gossip.
+	GossipKeys [][]byte
+	// GossipLabel keeps deployments apart on a shared network: memberlist
+	// drops packets with another label. It comes from --cluster-name.
+	GossipLabel string
 
 	Clock     generator.Clock
 	Forwarder Forwarder

@@ -14,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -120,7 +119,7 @@ func openRaft(cfg *Config, nodeID string, f *fsm, logger *slog.Logger) (*raftSto
 	if err != nil {
 		return nil, fmt.Errorf("raft advertise address %q: %w", cfg.RaftAdvertise, err)
 	}
-	transport, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, advertise, 3, 10*time.Second, hl)
+	transport, err := raftTransport(cfg, advertise, hl)
 	if err != nil {
 		return nil, fmt.Errorf("raft transport on %s: %w", cfg.RaftAddr, err)
 	}

@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -77,11 +78,43 @@ func (h *clusterService) Join(ctx context.Context, req *idgenv1.JoinRequest) (*i
 	if len(addrs) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "join needs at least one gossip address (host:port of another node's --gossip-addr)")
 	}
-	n, err := h.s.backend.Join(addrs)
-	if err != nil {
-		return nil, ToStatus(fmt.Errorf("%w: %v: %w (check that they are --gossip-addr addresses of running nodes)", errJoin, addrs, err))
+	if len(addrs) > MaxJoinAddrs {
+		return nil, status.Errorf(codes.InvalidArgument, "join takes at most %d addresses, got %d; one seed of a cluster is enough", MaxJoinAddrs, len(addrs))
 	}
-	return &idgenv1.JoinResponse{Contacted: int32(n)}, nil
+	for _, a := range addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "join address %q: want host:port of another node's --gossip-addr", a)
+		}
+	}
+	// One join at a time: each may dial every address with memberlist's
+	// own timeouts, which no caller should be able to pile up.
+	select {
+	case h.s.joinSlot <- struct{}{}:
+	default:
+		return nil, status.Error(codes.Unavailable, "another join is in progress on this node; retry when it is done")
+	}
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer func() { <-h.s.joinSlot }()
+		n, err := h.s.backend.Join(addrs)
+		done <- result{n, err}
+	}()
+	// The caller's deadline bounds the answer; the join itself runs out
+	// its memberlist timeouts and only then frees the slot.
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		return nil, ToStatus(fmt.Errorf("join %v: %w (the join goes on in the background)", addrs, ctx.Err()))
+	}
+	if r.err != nil {
+		return nil, ToStatus(fmt.Errorf("%w: %v: %w (check that they are --gossip-addr addresses of running nodes)", errJoin, addrs, r.err))
+	}
+	return &idgenv1.JoinResponse{Contacted: int32(r.n)}, nil
 }
 
 // Leave returns once the node has left; the binary exits after the response
@@ -132,6 +165,9 @@ func (h *clusterService) History(ctx context.Context, _ *idgenv1.HistoryRequest)
 
 func (h *clusterService) Fault(ctx context.Context, req *idgenv1.FaultRequest) (*idgenv1.FaultResponse, error) {
 	ms := req.GetClockOffsetMs()
+	if ms > MaxFaultOffsetMS || ms < -MaxFaultOffsetMS {
+		return nil, status.Errorf(codes.InvalidArgument, "clock offset %s is beyond the limit of ±1h", time.Duration(ms)*time.Millisecond)
+	}
 	if err := h.s.backend.SetClockOffset(time.Duration(ms) * time.Millisecond); err != nil {
 		return nil, ToStatus(err)
 	}

@@ -25,6 +25,7 @@ type fakeBackend struct {
 	left     bool
 	applyFn  func(ctx context.Context, cmd []byte) ([]byte, error)
 	faultErr error
+	joinFn   func(addrs []string) (int, error) // Join's behaviour when set
 	mints    int
 	blocked  map[int]int // NextBatch calls waiting in block mode, by n
 }
@@ -109,6 +110,12 @@ func (f *fakeBackend) Status() cluster.Status {
 }
 
 func (f *fakeBackend) Join(addrs []string) (int, error) {
+	f.mu.Lock()
+	fn := f.joinFn
+	f.mu.Unlock()
+	if fn != nil {
+		return fn(addrs)
+	}
 	return 0, fmt.Errorf("no gossip reply from %v", addrs)
 }
 

@@ -13,10 +13,10 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// The unary chain is recovery -> metrics -> deadline -> logging -> handler.
-// Recovery is outermost so a panic anywhere below it becomes Internal and the
-// server keeps serving; metrics sits above the deadline check so refused calls
-// are counted too.
+// The unary chain is recovery -> metrics -> auth (with TLS) -> deadline ->
+// logging -> handler. Recovery is outermost so a panic anywhere below it
+// becomes Internal and the server keeps serving; metrics sits above the role
+// and deadline checks so refused calls are counted too.
 
 func recoveryHandler(log *slog.Logger) recovery.RecoveryHandlerFuncContext {
 	return func(ctx context.Context, p any) error {

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -63,6 +65,10 @@ type ServerConfig struct {
 	Registerer prometheus.Registerer
 	// ReadyPollInterval is how often health status follows Backend.Ready.
 	ReadyPollInterval time.Duration
+	// TLS, when set, makes the server speak only TLS with these settings
+	// (tlsconf.Material.ServerConfig: callers need a certificate from the CA)
+	// and check each caller's role per method (RequiredRole).
+	TLS *tls.Config
 }
 
 func (c *ServerConfig) withDefaults() (ServerConfig, error) {
@@ -126,6 +132,7 @@ type Server struct {
 
 	leftOnce sync.Once
 	left     chan struct{}
+	joinSlot chan struct{} // holds a token while a Join runs
 
 	lastMintErr atomic.Int64 // unix nanos of the last logged producer error
 }
@@ -142,12 +149,13 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("rpc: %w", err)
 	}
 	s := &Server{
-		cfg:     c,
-		log:     c.Logger,
-		backend: c.Backend,
-		buf:     buf,
-		health:  health.NewServer(),
-		left:    make(chan struct{}),
+		cfg:      c,
+		log:      c.Logger,
+		backend:  c.Backend,
+		buf:      buf,
+		health:   health.NewServer(),
+		left:     make(chan struct{}),
+		joinSlot: make(chan struct{}, 1),
 	}
 	s.healthCtx, s.stopHealth = context.WithCancel(context.Background())
 	s.producerCtx, s.stopProducer = context.WithCancel(context.Background())
@@ -158,16 +166,20 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 
-	s.grpc = grpc.NewServer(
-		grpc.ChainUnaryInterceptor(
-			recoveryUnary(s.log),
-			s.metrics.unaryInterceptor(),
-			deadlineUnary(),
-			loggingUnary(s.log),
-		),
-		grpc.ChainStreamInterceptor(
-			recoveryStream(s.log),
-		),
+	unary := []grpc.UnaryServerInterceptor{recoveryUnary(s.log), s.metrics.unaryInterceptor()}
+	stream := []grpc.StreamServerInterceptor{recoveryStream(s.log)}
+	var opts []grpc.ServerOption
+	if c.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(c.TLS)))
+		unary = append(unary, authUnary())
+		stream = append(stream, authStream())
+	}
+	s.grpc = grpc.NewServer(append(opts,
+		grpc.ChainUnaryInterceptor(append(unary, deadlineUnary(), loggingUnary(s.log))...),
+		grpc.ChainStreamInterceptor(stream...),
+		grpc.MaxRecvMsgSize(MaxRequestBytes),
+		grpc.MaxHeaderListSize(MaxHeaderBytes),
+		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             10 * time.Second,
 			PermitWithoutStream: true,
@@ -177,7 +189,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 			Time:    30 * time.Second,
 			Timeout: 10 * time.Second,
 		}),
-	)
+	)...)
 	idgenv1.RegisterIDServiceServer(s.grpc, &idService{s: s})
 	idgenv1.RegisterClusterServiceServer(s.grpc, &clusterService{s: s})
 	idgenv1.RegisterPeerServiceServer(s.grpc, &peerService{s: s})
