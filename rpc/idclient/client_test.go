@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -168,50 +167,19 @@ func TestCallTimeout(t *testing.T) {
 
 func TestPoolConcurrentUniqueAndPrefetched(t *testing.T) {
 	nodes, target := threeNodes(t)
-	c := dial(t, target)
-	p, err := NewPool(c, PoolOptions{BatchSize: 100, Lookahead: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := newPool(t, target, PoolOptions{BatchSize: 100, Lookahead: 3})
 	// Prefetch happens before anyone asks.
-	waitFor(t, "lookahead filled", func() bool { return len(p.batches) == 3 })
+	waitFor(t, "lookahead filled", func() bool { return readyBatches(p) == 3 })
 
 	const workers, each = 8, 500
-	var mu sync.Mutex
-	seen := make(map[int64]bool, workers*each)
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < each; i++ {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				id, err := p.NextID(ctx)
-				cancel()
-				if err != nil {
-					errs <- err
-					return
-				}
-				mu.Lock()
-				dup := seen[id]
-				seen[id] = true
-				mu.Unlock()
-				if dup {
-					errs <- errors.New("duplicate ID")
-					return
-				}
-			}
-		}()
+	seen := &idSet{}
+	for _, err := range draw(p, workers, each, seen) {
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	if len(seen) != workers*each {
-		t.Fatalf("%d unique IDs, want %d", len(seen), workers*each)
+	if seen.len() != workers*each {
+		t.Fatalf("%d unique IDs, want %d", seen.len(), workers*each)
 	}
 	// One fetch per 100 IDs, plus the lookahead: no fetch per ID. (Nodes
 	// mint their own 50-ID default batches too; those are not the pool's.)
@@ -226,20 +194,16 @@ func TestPoolConcurrentUniqueAndPrefetched(t *testing.T) {
 	if err != nil || code == "" {
 		t.Fatalf("NextCode = %q, %v", code, err)
 	}
-	if id, err := generator.Decode(code); err != nil || seen[id] {
+	if id, err := generator.Decode(code); err != nil || seen.add(id) != nil {
 		t.Fatalf("code %q decodes to %d (%v), a fresh ID expected", code, id, err)
 	}
 }
 
 func TestPoolCloseKeepsFetchedIDs(t *testing.T) {
 	_, target := threeNodes(t)
-	c := dial(t, target)
-	p, err := NewPool(c, PoolOptions{BatchSize: 20, Lookahead: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "lookahead filled", func() bool { return len(p.batches) == 2 })
-	if _, err := p.NextID(context.Background()); err != nil { // 19 left in cur, 1 batch queued
+	p := newPool(t, target, PoolOptions{BatchSize: 20, Lookahead: 2})
+	waitFor(t, "lookahead filled", func() bool { return readyBatches(p) == 2 })
+	if _, err := p.NextID(context.Background()); err != nil { // 19 left in the first batch, 2 batches ready
 		t.Fatal(err)
 	}
 	if err := p.Close(); err != nil {
@@ -259,10 +223,10 @@ func TestPoolCloseKeepsFetchedIDs(t *testing.T) {
 			t.Fatal("pool keeps producing after Close")
 		}
 	}
-	// 19 from the current batch, 20 from each batch still queued (1 or 2,
-	// depending on whether the producer refilled before Close).
-	if got != 39 && got != 59 {
-		t.Fatalf("took %d IDs after Close, want 39 or 59", got)
+	// 19 from the first batch, 20 from each of the two ready ones; the
+	// producer had no room for a fourth.
+	if got != 59 {
+		t.Fatalf("took %d IDs after Close, want 59", got)
 	}
 	if _, err := p.NextCode(context.Background()); !errors.Is(err, ErrPoolClosed) {
 		t.Fatalf("NextCode after drain: %v", err)
@@ -273,16 +237,11 @@ func TestPoolCloseKeepsFetchedIDs(t *testing.T) {
 func TestPoolSurfacesFetchError(t *testing.T) {
 	n := startNodeReady(t, 1, rpc.ServerConfig{BatchSize: 10}, false, "cluster full: all slots are owned")
 	// Long enough for all retries to run, so the fetch ends with the node's answer.
-	c := dial(t, n.addr, WithCallTimeout(2*time.Second))
-	p, err := NewPool(c, PoolOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := newPool(t, n.addr, PoolOptions{}, WithCallTimeout(2*time.Second))
 	waitFor(t, "a fetch to fail", func() bool { return p.fetchErr() != nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	_, err = p.NextID(ctx)
+	_, err := p.NextID(ctx)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("want the context's error, got %v", err)
 	}

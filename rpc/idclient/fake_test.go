@@ -28,6 +28,27 @@ type fakeNode struct {
 	reason  string
 	failErr error       // NextBatch fails with it while set (health stays SERVING)
 	mints   map[int]int // NextBatch calls by n
+	// limitN/limitLeft: NextBatch for limitN IDs succeeds limitLeft more
+	// times, then fails (a node that serves once and then breaks).
+	limitN, limitLeft int
+	// tamper, when set, rewrites every batch before it is served.
+	tamper func([]int64) []int64
+}
+
+// errLimitReached is a fake node's failure after its allowed batches.
+var errLimitReached = errors.New("fake node: batch limit reached")
+
+// limit lets NextBatch for n IDs succeed left more times.
+func (f *fakeNode) limit(n, left int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.limitN, f.limitLeft = n, left
+}
+
+func (f *fakeNode) setTamper(fn func([]int64) []int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tamper = fn
 }
 
 func (f *fakeNode) NextBatch(ctx context.Context, n int) ([]int64, int, error) {
@@ -38,6 +59,12 @@ func (f *fakeNode) NextBatch(ctx context.Context, n int) ([]int64, int, error) {
 	}
 	if f.failErr != nil {
 		return nil, -1, f.failErr
+	}
+	if f.limitN != 0 && n == f.limitN {
+		if f.limitLeft <= 0 {
+			return nil, -1, errLimitReached
+		}
+		f.limitLeft--
 	}
 	per := f.layout.SequencePerUnit()
 	ids := make([]int64, n)
@@ -54,6 +81,9 @@ func (f *fakeNode) NextBatch(ctx context.Context, n int) ([]int64, int, error) {
 		f.mints = map[int]int{}
 	}
 	f.mints[n]++
+	if f.tamper != nil {
+		ids = f.tamper(ids)
+	}
 	return ids, f.slot, nil
 }
 

@@ -36,17 +36,17 @@ type PoolOptions struct {
 
 // Pool hands out IDs one at a time from prefetched batches. A background
 // producer is the only caller of GetIDBatch, so many callers running dry at
-// once still cause a single fetch. Safe for concurrent use.
+// once still cause a single fetch: every waiter rechecks the pool whenever a
+// batch lands. Safe for concurrent use.
 type Pool struct {
-	client  *Client
-	opts    PoolOptions
-	batches chan []int64 // filled by the producer, closed when it exits
+	client *Client
+	opts   PoolOptions
 
-	mu  sync.Mutex
-	cur []int64 // the batch being consumed
-
-	errMu   sync.Mutex
-	lastErr error // last fetch error, nil after a success
+	mu      sync.Mutex
+	batches [][]int64     // fetched batches; batches[0] is being consumed
+	changed chan struct{} // closed (and replaced) when a batch lands, one is used up, or the producer exits
+	stopped bool          // the producer has exited: nothing more will land
+	lastErr error         // last fetch error, nil after a success
 
 	stop      context.CancelFunc
 	done      chan struct{}
@@ -71,7 +71,7 @@ func NewPool(client *Client, opts PoolOptions) (*Pool, error) {
 	p := &Pool{
 		client:  client,
 		opts:    opts,
-		batches: make(chan []int64, opts.Lookahead),
+		changed: make(chan struct{}),
 		stop:    cancel,
 		done:    make(chan struct{}),
 	}
@@ -79,22 +79,32 @@ func NewPool(client *Client, opts PoolOptions) (*Pool, error) {
 	return p, nil
 }
 
+// broadcastLocked wakes everyone waiting on the pool; p.mu is held.
+func (p *Pool) broadcastLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
 func (p *Pool) produce(ctx context.Context) {
 	defer close(p.done)
-	defer close(p.batches)
+	defer func() {
+		p.mu.Lock()
+		p.stopped = true
+		p.broadcastLocked()
+		p.mu.Unlock()
+	}()
 	backoff := fetchMinBackoff
-	for ctx.Err() == nil {
+	for p.waitForRoom(ctx) {
 		callCtx, cancel := context.WithTimeout(ctx, p.opts.CallTimeout)
 		ids, err := p.client.GetIDBatch(callCtx, p.opts.BatchSize)
 		cancel()
-		if err == nil && len(ids) == 0 {
-			err = errors.New("idclient: node returned an empty batch")
-		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			p.setErr(err)
+			p.mu.Lock()
+			p.lastErr = err
+			p.mu.Unlock()
 			t := time.NewTimer(backoff)
 			select {
 			case <-t.C:
@@ -105,72 +115,86 @@ func (p *Pool) produce(ctx context.Context) {
 			backoff = min(2*backoff, fetchMaxBackoff)
 			continue
 		}
-		p.setErr(nil)
 		backoff = fetchMinBackoff
-		select {
-		case p.batches <- ids:
-		case <-ctx.Done():
-			return // a batch in hand is dropped: unused IDs are lost, never reused
-		}
+		p.mu.Lock()
+		p.lastErr = nil
+		p.batches = append(p.batches, ids)
+		p.broadcastLocked()
+		p.mu.Unlock()
 	}
 }
 
-func (p *Pool) setErr(err error) {
-	p.errMu.Lock()
-	p.lastErr = err
-	p.errMu.Unlock()
+// waitForRoom blocks while Lookahead batches are ready besides the one being
+// consumed. It reports false when ctx ends.
+func (p *Pool) waitForRoom(ctx context.Context) bool {
+	p.mu.Lock()
+	for len(p.batches) > p.opts.Lookahead {
+		ch := p.changed
+		p.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+		p.mu.Lock()
+	}
+	p.mu.Unlock()
+	return ctx.Err() == nil
 }
 
 func (p *Pool) fetchErr() error {
-	p.errMu.Lock()
-	defer p.errMu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	return p.lastErr
 }
 
-// NextID returns a unique ID, from the local batch when it has one. When the
-// pool is empty it waits for the producer until ctx ends; the error then
-// carries ctx's error and the last fetch error. After Close it keeps handing
-// out already fetched IDs, then returns ErrPoolClosed.
+// NextID returns a unique ID, from the fetched batches when they hold one:
+// IDs in the pool are always taken before a caller waits, and before its
+// ended context is looked at. When the pool is empty it waits for the
+// producer until ctx ends; the error then carries ctx's error and the last
+// fetch error. After Close it keeps handing out already fetched IDs, then
+// returns ErrPoolClosed.
 func (p *Pool) NextID(ctx context.Context) (int64, error) {
-	if id, ok := p.take(); ok {
-		return id, nil
-	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for {
-		select {
-		case b, ok := <-p.batches:
-			if !ok {
-				// Another caller may have refilled cur from the last batch.
-				if id, ok := p.take(); ok {
-					return id, nil
-				}
-				return 0, ErrPoolClosed
-			}
-			p.mu.Lock()
-			p.cur = append(p.cur, b...) // keep IDs another caller's batch left
-			p.mu.Unlock()
-		case <-ctx.Done():
-			if id, ok := p.take(); ok {
-				return id, nil
-			}
-			if ferr := p.fetchErr(); ferr != nil {
-				return 0, fmt.Errorf("idclient: no ID available: %w; last fetch failed: %w", ctx.Err(), ferr)
+		if id, ok := p.takeLocked(); ok {
+			return id, nil
+		}
+		if p.stopped {
+			return 0, ErrPoolClosed
+		}
+		if ctx.Err() != nil {
+			if p.lastErr != nil {
+				return 0, fmt.Errorf("idclient: no ID available: %w; last fetch failed: %w", ctx.Err(), p.lastErr)
 			}
 			return 0, fmt.Errorf("idclient: no ID available: %w", ctx.Err())
 		}
-		if id, ok := p.take(); ok {
-			return id, nil
+		ch := p.changed
+		p.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
 		}
+		p.mu.Lock()
 	}
 }
 
-func (p *Pool) take() (int64, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.cur) == 0 {
+// takeLocked takes the next ID; p.mu is held. Using up a batch wakes the
+// producer, which may now have room.
+func (p *Pool) takeLocked() (int64, bool) {
+	if len(p.batches) == 0 {
 		return 0, false
 	}
-	id := p.cur[0]
-	p.cur = p.cur[1:]
+	b := p.batches[0]
+	id := b[0]
+	if len(b) > 1 {
+		p.batches[0] = b[1:]
+		return id, true
+	}
+	p.batches[0] = nil
+	p.batches = p.batches[1:]
+	p.broadcastLocked()
 	return id, true
 }
 
