@@ -27,6 +27,7 @@ func bindIDs(fs *flag.FlagSet) runner {
 	n := fs.Int("n", 1, "number of IDs")
 	base62 := fs.Bool("base62", false, "print base62 codes instead of decimal IDs")
 	batch := fs.Int("batch", defaultIDsBatch, "IDs per call; calls go round robin over the target's nodes, so small batches spread over them")
+	codes := addCodeFlags(fs)
 	return func(ctx context.Context, g globals, args []string, e env) error {
 		if err := noArgs(args); err != nil {
 			return err
@@ -38,6 +39,12 @@ func bindIDs(fs *flag.FlagSet) runner {
 		if per < 1 {
 			return usagef("--batch %d: want at least 1", per)
 		}
+		layout := defaultLayout()
+		codec, err := codes.codec(layout)
+		if err != nil {
+			return err
+		}
+		encode := encoder(codec)
 		client, err := idclient.Dial(g.target, append(g.clientOptions(), idclient.WithCallTimeout(g.timeout))...)
 		if err != nil {
 			return usagef("%v", err)
@@ -53,19 +60,26 @@ func bindIDs(fs *flag.FlagSet) runner {
 			}
 			ids = append(ids, got...)
 		}
-		layout := defaultLayout()
 		if g.json {
 			out := make([]idJSON, 0, len(ids))
 			for _, id := range ids {
 				p, _ := layout.Decompose(id)
-				out = append(out, idJSON{ID: id, Code: generator.Encode(id), Slot: p.Slot})
+				code, err := encode(id)
+				if err != nil {
+					return err
+				}
+				out = append(out, idJSON{ID: id, Code: code, Slot: p.Slot})
 			}
 			return printJSON(e.stdout, out)
 		}
 		var b strings.Builder
 		for _, id := range ids {
 			if *base62 {
-				b.WriteString(generator.Encode(id))
+				code, err := encode(id)
+				if err != nil {
+					return err
+				}
+				b.WriteString(code)
 			} else {
 				b.WriteString(strconv.FormatInt(id, 10))
 			}
@@ -90,14 +104,19 @@ type decodedJSON struct {
 
 func bindDecode(fs *flag.FlagSet) runner {
 	forceBase62 := fs.Bool("base62", false, "read every argument as a base62 code, even all-digit ones")
+	codes := addCodeFlags(fs)
 	return func(ctx context.Context, g globals, args []string, e env) error {
 		if len(args) == 0 {
 			return usagef("decode needs at least one ID or code")
 		}
 		layout := defaultLayout()
+		codec, err := codes.codec(layout)
+		if err != nil {
+			return err
+		}
 		var out []decodedJSON
 		for _, a := range args {
-			id, err := parseIDOrCode(a, *forceBase62)
+			id, code, err := parseInput(a, *forceBase62, codec)
 			if err != nil {
 				return usagef("%v", err)
 			}
@@ -106,7 +125,7 @@ func bindDecode(fs *flag.FlagSet) runner {
 				return usagef("%q: %v", a, err)
 			}
 			out = append(out, decodedJSON{
-				Input: a, ID: id, Code: generator.Encode(id), Timestamp: p.Timestamp, Time: p.Time.Format(time.RFC3339),
+				Input: a, ID: id, Code: code, Timestamp: p.Timestamp, Time: p.Time.Format(time.RFC3339),
 				Datacenter: p.Datacenter, Machine: p.Machine, Slot: p.Slot, Sequence: p.Sequence,
 			})
 		}

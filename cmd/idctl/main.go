@@ -1,5 +1,5 @@
 // Command idctl is the operator's and script's tool for an idgen cluster:
-// membership (members, status, join, leave, remove), IDs (ids, decode), the
+// membership (members, status, join, leave, remove), IDs (ids, decode, keygen), the
 // uniqueness check (verify, history) and fault injection (fault clock).
 //
 // Global flags, accepted before or after the command:
@@ -86,8 +86,9 @@ func commandList() []command {
 		{name: "join", args: "ADDR...", help: "ask the node to gossip-join other nodes' --gossip-addr addresses", bind: noFlags(runJoin)},
 		{name: "leave", help: "the node releases its slot, leaves Raft and gossip, and exits", bind: noFlags(runLeave)},
 		{name: "remove", args: "NODE", help: "force-remove another node (ID or name) and free its slot", bind: noFlags(runRemove)},
-		{name: "ids", args: "-n N [--base62] [--batch B]", help: "fetch N IDs through the client library (round robin over every target address)", bind: bindIDs},
-		{name: "decode", args: "ID|CODE...", help: "take IDs (decimal) or codes (base62) apart; all-digit input is decimal unless --base62", bind: bindDecode},
+		{name: "ids", args: "-n N [--base62] [--batch B] [--code-key-file F [--code-tweak T]]", help: "fetch N IDs through the client library (round robin over every target address); with a key file, codes are encrypted", bind: bindIDs},
+		{name: "decode", args: "ID|CODE... [--base62] [--code-key-file F [--code-tweak T]]", help: "take IDs (decimal) or codes (base62) apart; all-digit input is decimal unless --base62; with a key file, every argument is an encrypted code", bind: bindDecode},
+		{name: "keygen", args: "[--out FILE]", help: "a random 32-byte key, base64, for --code-key-file or --gossip-key", bind: bindKeygen},
 		{name: "verify", args: "--duration D --rate R [--batch N] [--concurrency C]", help: "load the target and check every acknowledged ID: no duplicates, all inside Raft-granted windows", bind: bindVerify},
 		{name: "history", help: "the slot tenures the Raft log granted, merged from every target address", bind: noFlags(runHistory)},
 		{name: "fault", args: "clock --offset D", help: "move the node's clock (only with idgend --enable-fault-injection); --offset 0 resets it", bind: bindFault},

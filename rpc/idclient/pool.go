@@ -32,6 +32,10 @@ type PoolOptions struct {
 	Lookahead int
 	// CallTimeout bounds one fetch (default: the client's call timeout).
 	CallTimeout time.Duration
+	// Codec, when set, makes NextCode return codes encrypted under its key
+	// (generator.NewCodec) that cannot be walked; nil keeps plain base62.
+	// Decode stored codes with the same codec.
+	Codec *generator.Codec
 }
 
 // Pool hands out IDs one at a time from prefetched batches. A background
@@ -198,11 +202,15 @@ func (p *Pool) takeLocked() (int64, bool) {
 	return id, true
 }
 
-// NextCode returns NextID rendered in base62, the short link's code.
+// NextCode returns NextID as the short link's code: encrypted by
+// PoolOptions.Codec when set, else plain base62.
 func (p *Pool) NextCode(ctx context.Context) (string, error) {
 	id, err := p.NextID(ctx)
 	if err != nil {
 		return "", err
+	}
+	if p.opts.Codec != nil {
+		return p.opts.Codec.Encode(id)
 	}
 	return generator.Encode(id), nil
 }
