@@ -1,6 +1,8 @@
 package idclient
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -44,8 +46,11 @@ func (ejectingBuilder) Name() string { return balancerName }
 
 // Build gives each ClientConn its own ejection bookkeeping.
 func (ejectingBuilder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balancer.Balancer {
-	pb := &ejectingPickerBuilder{ej: &ejector{stats: map[balancer.SubConn]*scStats{}, now: time.Now}}
-	return base.NewBalancerBuilder(balancerName, pb, base.Config{HealthCheck: true}).Build(cc, opts)
+	return base.NewBalancerBuilder(balancerName, &ejectingPickerBuilder{ej: newEjector()}, base.Config{HealthCheck: true}).Build(cc, opts)
+}
+
+func newEjector() *ejector {
+	return &ejector{stats: map[string]*scStats{}, ready: map[string]bool{}, now: time.Now}
 }
 
 type scStats struct {
@@ -54,15 +59,22 @@ type scStats struct {
 	ejectedUntil time.Time
 }
 
-// ejector counts consecutive failures per SubConn across pickers.
+// ejector counts consecutive failures per node address across pickers. It
+// is keyed by address so that an ejection survives the node's health
+// flapping or its connection being rebuilt.
 type ejector struct {
 	now   func() time.Time
 	mu    sync.Mutex
-	stats map[balancer.SubConn]*scStats
+	stats map[string]*scStats
+	ready map[string]bool // the addresses of the newest picker
 }
 
-// countsAgainstNode reports whether a call's outcome says the node is at fault.
+// countsAgainstNode reports whether a call's outcome says the node is at
+// fault: a failure the node answered with, or a batch it should not have sent.
 func countsAgainstNode(err error) bool {
+	if errors.Is(err, ErrBadBatch) {
+		return true
+	}
 	switch status.Code(err) {
 	case codes.Unavailable, codes.Internal, codes.Unknown, codes.DeadlineExceeded, codes.ResourceExhausted, codes.DataLoss:
 		return true
@@ -70,12 +82,14 @@ func countsAgainstNode(err error) bool {
 	return false
 }
 
-func (e *ejector) done(sc balancer.SubConn, ready int, err error) {
+// done records the outcome of one call to addr. Whatever picker the call
+// came from, the cap on ejections counts the nodes ready now.
+func (e *ejector) done(addr string, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	st := e.stats[sc]
+	st := e.stats[addr]
 	if st == nil {
-		return // SubConn gone since the pick
+		return // forgotten since the pick
 	}
 	if err == nil || !countsAgainstNode(err) {
 		st.failures = 0
@@ -87,12 +101,12 @@ func (e *ejector) done(sc balancer.SubConn, ready int, err error) {
 	}
 	now := e.now()
 	ejected := 0
-	for _, s := range e.stats {
-		if now.Before(s.ejectedUntil) {
+	for a := range e.ready {
+		if s := e.stats[a]; s != nil && now.Before(s.ejectedUntil) {
 			ejected++
 		}
 	}
-	if ready <= 1 || float64(ejected+1) > maxEjectedFraction*float64(ready) {
+	if len(e.ready) <= 1 || !e.ready[addr] || float64(ejected+1) > maxEjectedFraction*float64(len(e.ready)) {
 		return
 	}
 	d := baseEjectionTime << st.ejections
@@ -104,37 +118,51 @@ func (e *ejector) done(sc balancer.SubConn, ready int, err error) {
 	st.ejectedUntil = now.Add(d)
 }
 
+func (e *ejector) ejected(addr string, now time.Time) bool {
+	st := e.stats[addr]
+	return st != nil && now.Before(st.ejectedUntil)
+}
+
 type ejectingPickerBuilder struct{ ej *ejector }
 
 func (b *ejectingPickerBuilder) Build(info base.PickerBuildInfo) balancer.Picker {
-	if len(info.ReadySCs) == 0 {
-		return base.NewErrPicker(balancer.ErrNoSubConnAvailable)
-	}
 	b.ej.mu.Lock()
-	for sc := range b.ej.stats { // forget SubConns that are gone or not ready
-		if _, ok := info.ReadySCs[sc]; !ok {
-			delete(b.ej.stats, sc)
-		}
-	}
+	defer b.ej.mu.Unlock()
+	now := b.ej.now()
+	clear(b.ej.ready)
 	scs := make([]balancer.SubConn, 0, len(info.ReadySCs))
-	for sc := range info.ReadySCs {
-		if b.ej.stats[sc] == nil {
-			b.ej.stats[sc] = &scStats{}
+	addrs := make([]string, 0, len(info.ReadySCs))
+	for sc, sci := range info.ReadySCs {
+		addr := sci.Address.Addr
+		b.ej.ready[addr] = true
+		if b.ej.stats[addr] == nil {
+			b.ej.stats[addr] = &scStats{}
 		}
 		scs = append(scs, sc)
+		addrs = append(addrs, addr)
 	}
-	b.ej.mu.Unlock()
-	return &ejectingPicker{ej: b.ej, scs: scs}
+	// Forget nodes that are not ready and whose last ejection is long over;
+	// a node that flaps keeps its ejection and its doubling.
+	for addr, st := range b.ej.stats {
+		if !b.ej.ready[addr] && now.Sub(st.ejectedUntil) > maxEjectionTime {
+			delete(b.ej.stats, addr)
+		}
+	}
+	if len(scs) == 0 {
+		return base.NewErrPicker(balancer.ErrNoSubConnAvailable)
+	}
+	return &ejectingPicker{ej: b.ej, scs: scs, addrs: addrs}
 }
 
 type ejectingPicker struct {
-	ej   *ejector
-	scs  []balancer.SubConn
-	mu   sync.Mutex
-	next int
+	ej    *ejector
+	scs   []balancer.SubConn
+	addrs []string // addrs[i] is the address of scs[i]
+	mu    sync.Mutex
+	next  int
 }
 
-func (p *ejectingPicker) Pick(balancer.PickInfo) (balancer.PickResult, error) {
+func (p *ejectingPicker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	p.mu.Lock()
 	start := p.next
 	p.next = (p.next + 1) % len(p.scs)
@@ -142,20 +170,68 @@ func (p *ejectingPicker) Pick(balancer.PickInfo) (balancer.PickResult, error) {
 
 	now := p.ej.now()
 	p.ej.mu.Lock()
-	chosen := p.scs[start]
+	chosen := start
 	for i := range p.scs { // first node in round-robin order that is not ejected
-		sc := p.scs[(start+i)%len(p.scs)]
-		if st := p.ej.stats[sc]; st == nil || !now.Before(st.ejectedUntil) {
-			chosen = sc
+		if j := (start + i) % len(p.scs); !p.ej.ejected(p.addrs[j], now) {
+			chosen = j
 			break
 		}
 	}
 	p.ej.mu.Unlock()
-	ready := len(p.scs)
+	addr := p.addrs[chosen]
 	return balancer.PickResult{
-		SubConn: chosen,
+		SubConn: p.scs[chosen],
 		Done: func(di balancer.DoneInfo) {
-			p.ej.done(chosen, ready, di.Err)
+			if di.Err == nil {
+				if o := outcomeFrom(info.Ctx); o != nil {
+					// The caller checks the batch first: a malformed one
+					// counts against the node like a failed call.
+					o.deferReport(func(err error) { p.ej.done(addr, err) })
+					return
+				}
+			}
+			p.ej.done(addr, di.Err)
 		},
 	}, nil
+}
+
+// outcome lets a caller settle a call's success only after it has checked
+// the answer; the picker finds it in the call's context.
+type outcome struct {
+	mu      sync.Mutex
+	pending func(error)
+}
+
+type outcomeKey struct{}
+
+// withOutcome returns ctx carrying a new outcome.
+func withOutcome(ctx context.Context) (context.Context, *outcome) {
+	o := &outcome{}
+	return context.WithValue(ctx, outcomeKey{}, o), o
+}
+
+func outcomeFrom(ctx context.Context) *outcome {
+	if ctx == nil {
+		return nil
+	}
+	o, _ := ctx.Value(outcomeKey{}).(*outcome)
+	return o
+}
+
+func (o *outcome) deferReport(report func(error)) {
+	o.mu.Lock()
+	o.pending = report
+	o.mu.Unlock()
+}
+
+// settle reports the checked outcome of the attempt that succeeded, if any:
+// nil for a good answer, an error wrapping ErrBadBatch for a bad one.
+func (o *outcome) settle(err error) {
+	o.mu.Lock()
+	report := o.pending
+	o.pending = nil
+	o.mu.Unlock()
+	if report != nil {
+		report(err)
+	}
 }

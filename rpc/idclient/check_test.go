@@ -33,6 +33,12 @@ func TestCheckBatchRejectsWrongAnswers(t *testing.T) {
 		"other slot":     {&idgenv1.GetIDBatchResponse{Ids: []int64{id(5, 2, 0)}, Slot: 3}, 1},
 		"negative":       {&idgenv1.GetIDBatchResponse{Ids: []int64{-1}, Slot: 0}, 1},
 		"outside layout": {&idgenv1.GetIDBatchResponse{Ids: []int64{l.MaxID() + 1}, Slot: 0}, 1},
+		// A pool would hand a repeated ID to several callers; generators mint
+		// strictly increasing batches.
+		"repeated":            {&idgenv1.GetIDBatchResponse{Ids: []int64{id(5, 3, 4), id(5, 3, 4), id(5, 3, 4)}, Slot: 3}, 3},
+		"repeated, default":   {&idgenv1.GetIDBatchResponse{Ids: []int64{id(5, 3, 4), id(5, 3, 5), id(5, 3, 5)}, Slot: 3}, 0},
+		"decreasing":          {&idgenv1.GetIDBatchResponse{Ids: []int64{id(5, 3, 1), id(5, 3, 0)}, Slot: 3}, 2},
+		"other slot, last ID": {&idgenv1.GetIDBatchResponse{Ids: []int64{id(5, 3, 0), id(5, 3, 1), id(6, 4, 0)}, Slot: 3}, 3},
 	} {
 		if err := checkBatch(tc.resp, tc.count); !errors.Is(err, ErrBadBatch) {
 			t.Errorf("%s: got %v, want ErrBadBatch", name, err)

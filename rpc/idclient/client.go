@@ -17,6 +17,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -165,33 +166,61 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	return &Client{conn: conn, ids: idgenv1.NewIDServiceClient(conn), callTimeout: o.callTimeout}, nil
 }
 
+// Batch is one GetIDBatch answer: the IDs, the slot they were minted in and
+// the name of the node that served them.
+type Batch struct {
+	IDs  []int64
+	Slot int
+	Node string
+}
+
 // GetIDBatch asks one node for count IDs (0: the node's default batch size).
 // Errors are gRPC statuses: Unavailable when no node could serve after the
 // retries, ResourceExhausted when no room was found within the deadline,
-// InvalidArgument for a count over the node's maximum.
+// InvalidArgument for a count over the node's maximum; or ErrBadBatch for a
+// malformed answer and ErrBadCount for a count the protocol cannot carry.
 func (c *Client) GetIDBatch(ctx context.Context, count int) ([]int64, error) {
-	if count < 0 {
-		return nil, fmt.Errorf("idclient: negative count %d", count)
-	}
-	ctx, cancel := context.WithTimeout(ctx, c.callTimeout)
-	defer cancel()
-	resp, err := c.ids.GetIDBatch(ctx, &idgenv1.GetIDBatchRequest{Count: uint32(count)})
+	b, err := c.FetchBatch(ctx, count)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkBatch(resp, count); err != nil {
-		return nil, err
-	}
-	return resp.GetIds(), nil
+	return b.IDs, nil
 }
 
-// ErrBadBatch: a node answered with IDs that cannot be right (wrong count,
-// out of the layout, or not of the slot it names). The batch is discarded.
-var ErrBadBatch = errors.New("idclient: node answered with a malformed batch")
+// FetchBatch is GetIDBatch that also says who served the batch. A malformed
+// batch comes back with an error wrapping ErrBadBatch and, as evidence, the
+// batch as the node sent it; its IDs must not be handed out.
+func (c *Client) FetchBatch(ctx context.Context, count int) (Batch, error) {
+	if count < 0 || count > math.MaxUint32 {
+		return Batch{}, fmt.Errorf("%w: %d, want 0..%d", ErrBadCount, count, uint32(math.MaxUint32))
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.callTimeout)
+	defer cancel()
+	// The balancer counts this call's success only once the batch is checked.
+	ctx, verdict := withOutcome(ctx)
+	resp, err := c.ids.GetIDBatch(ctx, &idgenv1.GetIDBatchRequest{Count: uint32(count)})
+	if err != nil {
+		verdict.settle(nil) // an attempt the node answered is not held against it
+		return Batch{}, err
+	}
+	err = checkBatch(resp, count)
+	verdict.settle(err)
+	return Batch{IDs: resp.GetIds(), Slot: int(resp.GetSlot()), Node: resp.GetNode()}, err
+}
+
+var (
+	// ErrBadBatch: a node answered with IDs that cannot be right (wrong
+	// count, out of the layout, not of the slot it names, or not strictly
+	// increasing). The batch is discarded and counts against the node.
+	ErrBadBatch = errors.New("idclient: node answered with a malformed batch")
+	// ErrBadCount: a count below 0 or over what the protocol carries.
+	ErrBadCount = errors.New("idclient: count out of range")
+)
 
 // checkBatch guards against a node that answers wrongly: a batch is used only
-// if it has the IDs asked for and each one is a valid ID of the slot the
-// response names (default layout).
+// if it has the IDs asked for, each one is a valid ID of the slot the
+// response names (default layout), and they strictly increase, as a
+// generator mints them (a repeated ID would go to two callers).
 func checkBatch(resp *idgenv1.GetIDBatchResponse, count int) error {
 	ids := resp.GetIds()
 	if len(ids) == 0 || (count > 0 && len(ids) != count) {
@@ -199,9 +228,13 @@ func checkBatch(resp *idgenv1.GetIDBatchResponse, count int) error {
 	}
 	l := generator.DefaultLayout()
 	maxID, slotMask, slot := l.MaxID(), int64(l.Slots()-1), int64(resp.GetSlot())
-	for _, id := range ids {
+	for i, id := range ids {
 		if id < 0 || id > maxID || (id>>l.SequenceBits)&slotMask != slot {
 			return fmt.Errorf("%w: ID %d is not an ID of slot %d, from node %q", ErrBadBatch, id, slot, resp.GetNode())
+		}
+		if i > 0 && id <= ids[i-1] {
+			return fmt.Errorf("%w: ID %d follows %d (position %d), not strictly increasing, from node %q",
+				ErrBadBatch, id, ids[i-1], i, resp.GetNode())
 		}
 	}
 	return nil

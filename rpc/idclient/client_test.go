@@ -120,9 +120,9 @@ func TestCallsSucceedWhenANodeIsNotReady(t *testing.T) {
 	}
 }
 
-func TestFailingNodeIsEjected(t *testing.T) {
-	nodes, target := threeNodes(t)
-	c := dial(t, target)
+// waitAllServing waits until round robin reaches all three nodes.
+func waitAllServing(t *testing.T, c *Client) {
+	t.Helper()
 	waitFor(t, "all three nodes SERVING", func() bool {
 		seen := map[int]bool{}
 		for i := 0; i < 6; i++ {
@@ -134,13 +134,17 @@ func TestFailingNodeIsEjected(t *testing.T) {
 		}
 		return len(seen) == 3
 	})
-	// Healthy by its health check, but every call fails with Internal.
-	nodes[0].fake.setFail(errors.New("disk on fire"))
+}
+
+// ejectedWithin makes 100 calls and fails the test unless the calls that
+// failed with a failure isFailure accepts number 1..ejectAfterFailures.
+func ejectedWithin(t *testing.T, c *Client, isFailure func(error) bool) {
+	t.Helper()
 	failures := 0
 	for i := 0; i < 100; i++ {
 		_, err := c.GetIDBatch(context.Background(), 2)
 		if err != nil {
-			if status.Code(err) != codes.Internal {
+			if !isFailure(err) {
 				t.Fatalf("unexpected error: %v", err)
 			}
 			failures++
@@ -148,6 +152,62 @@ func TestFailingNodeIsEjected(t *testing.T) {
 	}
 	if failures == 0 || failures > ejectAfterFailures {
 		t.Fatalf("%d failed calls; want 1..%d before ejection", failures, ejectAfterFailures)
+	}
+}
+
+func TestFailingNodeIsEjected(t *testing.T) {
+	nodes, target := threeNodes(t)
+	c := dial(t, target)
+	waitAllServing(t, c)
+	// Healthy by its health check, but every call fails with Internal.
+	nodes[0].fake.setFail(errors.New("disk on fire"))
+	ejectedWithin(t, c, func(err error) bool { return status.Code(err) == codes.Internal })
+}
+
+// otherSlotLast ends every batch with an ID of the next slot, as a node
+// serving another node's IDs would.
+func otherSlotLast(ids []int64) []int64 {
+	l := generator.DefaultLayout()
+	p, _ := l.Decompose(ids[len(ids)-1])
+	ids[len(ids)-1], _ = l.Compose(p.Timestamp, (p.Slot+1)%l.Slots(), p.Sequence)
+	return ids
+}
+
+// repeatFirst repeats a batch's first ID in every place.
+func repeatFirst(ids []int64) []int64 {
+	for i := range ids {
+		ids[i] = ids[0]
+	}
+	return ids
+}
+
+// A node whose calls succeed but whose batches are malformed counts toward
+// ejection like a failed call.
+func TestMalformedBatchNodeIsEjected(t *testing.T) {
+	for name, tamper := range map[string]func([]int64) []int64{
+		"another slot's ID": otherSlotLast,
+		"a repeated ID":     repeatFirst,
+	} {
+		t.Run(name, func(t *testing.T) {
+			nodes, target := threeNodes(t)
+			c := dial(t, target)
+			waitAllServing(t, c)
+			nodes[0].fake.setTamper(tamper)
+			ejectedWithin(t, c, func(err error) bool { return errors.Is(err, ErrBadBatch) })
+		})
+	}
+}
+
+// A count the protocol's uint32 cannot carry is refused before any node
+// is asked, not truncated into another count.
+func TestGetIDBatchRefusesCountOverProtocolLimit(t *testing.T) {
+	n := startNode(t, 4, rpc.ServerConfig{BatchSize: 10})
+	c := dial(t, n.addr)
+	if _, err := c.GetIDBatch(context.Background(), 1<<32+5); err == nil {
+		t.Fatal("count 2^32+5 accepted")
+	}
+	if got := n.fake.mintCount(5); got != 0 {
+		t.Fatalf("the node minted %d batches of 5 for a count of 2^32+5", got)
 	}
 }
 
