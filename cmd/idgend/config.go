@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/idgen/idgen/cluster"
 	"github.com/idgen/idgen/generator"
 	"github.com/idgen/idgen/rpc"
+	"github.com/idgen/idgen/rpc/tlsconf"
 )
 
 // envPrefix: every flag --some-flag can also be set as IDGEN_SOME_FLAG.
@@ -46,6 +48,16 @@ type Config struct {
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration
 
+	// TLS is the node's server certificate, key and the cluster CA: all
+	// three or none. It secures gRPC (mutual, roles per call) and Raft.
+	TLS tlsconf.Files
+	// GossipKeys encrypt gossip; the first one encrypts, all decrypt.
+	GossipKeys [][]byte
+	// ClusterName labels gossip so that deployments on one network stay apart.
+	ClusterName string
+	// Insecure allows plaintext on non-loopback addresses.
+	Insecure bool
+
 	GossipProfile        string
 	EnableFaultInjection bool
 	ShutdownTimeout      time.Duration
@@ -64,15 +76,15 @@ const maxBufferDepth = 1024
 // returned as is.
 func parseConfig(args []string, getenv func(string) string, out io.Writer) (Config, error) {
 	var c Config
-	var join, logLevel string
+	var join, logLevel, gossipKey, gossipKeyFile string
 	fs := flag.NewFlagSet("idgend", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&c.Name, "name", "", "human label for this node (default: the first 8 characters of its ID)")
 	fs.StringVar(&c.DataDir, "data-dir", "./data", "directory for the node ID, Raft log and snapshots")
-	fs.StringVar(&c.GRPCAddr, "grpc-addr", ":50051", "gRPC bind address (IDService, ClusterService, health, reflection)")
-	fs.StringVar(&c.RaftAddr, "raft-addr", ":50052", "Raft TCP bind address")
-	fs.StringVar(&c.GossipAddr, "gossip-addr", ":7946", "gossip (memberlist) bind address, TCP and UDP")
-	fs.StringVar(&c.HTTPAddr, "http-addr", ":9090", "HTTP admin bind address (/healthz, /readyz, /metrics)")
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", "127.0.0.1:50051", "gRPC bind address (IDService, ClusterService, health, reflection)")
+	fs.StringVar(&c.RaftAddr, "raft-addr", "127.0.0.1:50052", "Raft TCP bind address")
+	fs.StringVar(&c.GossipAddr, "gossip-addr", "127.0.0.1:7946", "gossip (memberlist) bind address, TCP and UDP")
+	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:9090", "HTTP admin bind address (/healthz, /readyz, /metrics; plaintext, read-only)")
 	fs.StringVar(&c.Advertise, "advertise", "", "host other nodes use to reach this one (default: the bind host if it is an IP, else the first private IPv4, else 127.0.0.1)")
 	fs.StringVar(&join, "join", "", "comma-separated gossip addresses (host:port) of other nodes; retried periodically")
 	fs.IntVar(&c.BootstrapExpect, "bootstrap-expect", 1, "number of fresh nodes that form a new cluster together (1..8)")
@@ -86,6 +98,13 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.IntVar(&c.MaxCount, "max-count", rpc.DefaultMaxCount, "largest count one GetIDBatch call may ask for")
 	fs.Uint64Var(&c.SnapshotThreshold, "snapshot-threshold", 0, "Raft log entries between snapshots (0 = Raft's default)")
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", 0, "how often Raft checks whether to snapshot (0 = Raft's default, 120s)")
+	fs.StringVar(&c.TLS.Cert, "tls-cert", "", "this node's server certificate (PEM; idctl tls cert create --role server); with --tls-key and --tls-ca")
+	fs.StringVar(&c.TLS.Key, "tls-key", "", "the certificate's private key (PEM)")
+	fs.StringVar(&c.TLS.CA, "tls-ca", "", "the cluster CA (PEM): callers and Raft peers must show a certificate it signed")
+	fs.StringVar(&gossipKey, "gossip-key", "", "base64 gossip encryption key of 16, 24 or 32 bytes (idctl keygen); a comma list while rotating: the first encrypts, all decrypt")
+	fs.StringVar(&gossipKeyFile, "gossip-key-file", "", "file holding the gossip key(s), one per line or comma-separated (instead of --gossip-key)")
+	fs.StringVar(&c.ClusterName, "cluster-name", "idgen", "deployment name; gossip carries it as a label, so clusters of other names on the network are never heard")
+	fs.BoolVar(&c.Insecure, "insecure", false, "allow plaintext gRPC, Raft and gossip on non-loopback addresses (anyone who reaches the ports owns the cluster)")
 	fs.StringVar(&c.GossipProfile, "gossip-profile", "lan", "memberlist timing profile: lan, or local for one host (tests)")
 	fs.BoolVar(&c.EnableFaultInjection, "enable-fault-injection", false, "allow ClusterService.Fault to move this node's clock (chaos tests only)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 5*time.Second, "bounded wait for in-flight calls on SIGINT/SIGTERM")
@@ -125,6 +144,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 			c.Join = append(c.Join, a)
 		}
 	}
+	if err := c.readGossipKeys(gossipKey, gossipKeyFile); err != nil {
+		return c, fmt.Errorf("%w: %v", errUsage, err)
+	}
 	if err := c.LogLevel.UnmarshalText([]byte(logLevel)); err != nil {
 		return c, fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, logLevel)
 	}
@@ -133,6 +155,78 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	}
 	return c, nil
 }
+
+// readGossipKeys decodes --gossip-key or the content of --gossip-key-file.
+func (c *Config) readGossipKeys(key, file string) error {
+	if key != "" && file != "" {
+		return errors.New("--gossip-key and --gossip-key-file: give one of them")
+	}
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("--gossip-key-file: %v", err)
+		}
+		key = strings.Join(strings.Fields(strings.ReplaceAll(string(b), ",", " ")), ",")
+		if key == "" {
+			return fmt.Errorf("--gossip-key-file %s is empty", file)
+		}
+	}
+	if key == "" {
+		return nil
+	}
+	keys, err := cluster.ParseGossipKeys(key)
+	if err != nil {
+		return fmt.Errorf("--gossip-key: %v", err)
+	}
+	c.GossipKeys = keys
+	return nil
+}
+
+// secure reports whether every link a remote peer could use is protected:
+// gRPC and Raft by TLS, gossip by a key.
+func (c *Config) secure() bool { return c.TLS.Enabled() && len(c.GossipKeys) > 0 }
+
+// checkExposure refuses plaintext on an address other hosts can reach,
+// unless --insecure: anyone who reaches such a port owns the cluster.
+func (c *Config) checkExposure() error {
+	if c.secure() || c.Insecure {
+		return nil
+	}
+	for _, a := range []struct{ flag, addr string }{
+		{"--grpc-addr", c.GRPCAddr}, {"--raft-addr", c.RaftAddr}, {"--gossip-addr", c.GossipAddr}, {"--http-addr", c.HTTPAddr},
+	} {
+		if !loopback(a.addr) {
+			return fmt.Errorf("%s %s is not a loopback address, and without --tls-cert, --tls-key, --tls-ca and --gossip-key anyone who reaches it owns the cluster; "+
+				"set them (idctl tls, idctl keygen), bind 127.0.0.1, or pass --insecure to accept plaintext", a.flag, a.addr)
+		}
+	}
+	return nil
+}
+
+// loopback: the bind host is a loopback IP or a name resolving only to such.
+// An empty host binds every interface.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return false
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.IsLoopback()
+	}
+	ips, err := net.LookupIP(host)
+	if err != nil || len(ips) == 0 {
+		return false
+	}
+	for _, ip := range ips {
+		if !ip.IsLoopback() {
+			return false
+		}
+	}
+	return true
+}
+
+// clusterNameRE: the name is a gossip label (memberlist allows 255 bytes).
+var clusterNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 func envKey(flagName string) string {
 	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
@@ -208,7 +302,13 @@ func (c *Config) validate() error {
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return fmt.Errorf("--log-format %q: want text or json", c.LogFormat)
 	}
-	return nil
+	if err := c.TLS.Check(); err != nil {
+		return fmt.Errorf("--tls-cert, --tls-key, --tls-ca: %v", err)
+	}
+	if !clusterNameRE.MatchString(c.ClusterName) {
+		return fmt.Errorf("--cluster-name %q: want 1-64 letters, digits, dots, dashes or underscores", c.ClusterName)
+	}
+	return c.checkExposure()
 }
 
 func checkBindAddr(addr string, zeroPortOK bool) error {

@@ -69,6 +69,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 // serve opens the ports, then the node, and serves until ctx ends or the node
 // leaves the cluster. A nil return means a clean stop.
 func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
+	sec, err := loadSecurity(cfg, log)
+	if err != nil {
+		return err
+	}
 	// Ports first: a port in use is reported before the data dir is touched.
 	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
@@ -120,7 +124,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 	}
 
-	forwarder := rpc.NewPeerForwarder()
+	forwarder := rpc.NewPeerForwarder(sec.peerDial...)
 	defer forwarder.Close()
 	node, err := cluster.Open(cluster.Config{
 		Name:                 cfg.Name,
@@ -143,6 +147,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		SnapshotInterval:     cfg.SnapshotInterval,
 		GossipLocal:          cfg.GossipProfile == "local",
 		EnableFaultInjection: cfg.EnableFaultInjection,
+		RaftTLS:              sec.raft,
+		GossipKeys:           cfg.GossipKeys,
+		GossipLabel:          gossipLabel(cfg.ClusterName),
 		Forwarder:            forwarder,
 		Logger:               log,
 		Version:              version(),
@@ -163,6 +170,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		BufferDepth: cfg.BufferDepth,
 		MaxCount:    cfg.MaxCount,
 		Registerer:  reg,
+		TLS:         sec.grpc,
 	})
 	if err != nil {
 		return err
