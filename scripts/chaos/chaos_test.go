@@ -86,7 +86,7 @@ func TestChaosProcess(t *testing.T) {
 	}
 	c.logf("standby joined: %s", c.poll())
 
-	v, err := startVerify(bin.idctl, c.grpcTargets(), dur, int(rate))
+	v, err := startVerify(c, dur, int(rate))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func TestVerifyCatchesSplitBrain(t *testing.T) {
 	}
 	c.logf("two clusters, both on slot %d: %s and %s", sa.GetSlot(), sa.GetId(), sb.GetId())
 
-	v, err := startVerify(bin.idctl, c.grpcTargets(), 5*time.Second, 4000)
+	v, err := startVerify(c, 5*time.Second, 4000)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,8 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -19,9 +21,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
+	"github.com/idgen/idgen/rpc/tlsconf"
 )
 
 // binaries are idgend and idctl built from this checkout.
@@ -118,6 +122,7 @@ type node struct {
 
 	connOnce sync.Once
 	conn     *grpc.ClientConn
+	creds    grpc.DialOption // the cluster's client credentials
 }
 
 // start runs the process; its output is appended to its log file.
@@ -237,7 +242,7 @@ func (n *node) client() idgenv1.ClusterServiceClient {
 	n.connOnce.Do(func() {
 		// Short reconnect backoff: nodes restart on the same address all the time.
 		c, err := grpc.NewClient(n.grpcAddr,
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			n.creds,
 			grpc.WithConnectParams(grpc.ConnectParams{
 				Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond},
 				MinConnectTimeout: time.Second,
@@ -268,6 +273,10 @@ type cluster struct {
 	start time.Time
 	// extra flags for every node
 	flags []string
+	// env holds IDGEN_TLS_* for idctl (an admin certificate) when the
+	// cluster runs with TLS; creds are the same certificate for gRPC calls.
+	env   []string
+	creds grpc.DialOption
 }
 
 func newCluster(t testing.TB, bin binaries, flags []string) *cluster {
@@ -280,9 +289,46 @@ func newCluster(t testing.TB, bin binaries, flags []string) *cluster {
 			t.Fatal(err)
 		}
 	}
-	c := &cluster{t: t, bin: bin, root: root, start: time.Now(), flags: flags}
+	c := &cluster{t: t, bin: bin, root: root, start: time.Now(), flags: flags,
+		creds: grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if os.Getenv("IDGEN_CHAOS_INSECURE") != "1" {
+		c.secure()
+	}
 	t.Cleanup(c.stopAll)
 	return c
+}
+
+// secure makes a CA with a server and an admin certificate and a gossip key,
+// so that the run proves uniqueness in the mode operators deploy: every node
+// gets TLS and gossip encryption, every tool the admin certificate.
+func (c *cluster) secure() {
+	dir := filepath.Join(c.root, "tls")
+	if err := tlsconf.CreateCA(dir, 1); err != nil {
+		c.t.Fatal(err)
+	}
+	for _, r := range []tlsconf.Role{tlsconf.RoleServer, tlsconf.RoleAdmin} {
+		if err := tlsconf.CreateCert(dir, tlsconf.CertRequest{Role: r, Name: string(r), Days: 1}); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	files := func(name string) tlsconf.Files {
+		return tlsconf.Files{Cert: tlsconf.CertFile(dir, name), Key: tlsconf.KeyFile(dir, name), CA: filepath.Join(dir, tlsconf.CAFile)}
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		c.t.Fatal(err)
+	}
+	srv, adm := files("server"), files("admin")
+	c.flags = append([]string{
+		"--tls-cert=" + srv.Cert, "--tls-key=" + srv.Key, "--tls-ca=" + srv.CA,
+		"--gossip-key=" + base64.StdEncoding.EncodeToString(key),
+	}, c.flags...)
+	c.env = []string{"IDGEN_TLS_CERT=" + adm.Cert, "IDGEN_TLS_KEY=" + adm.Key, "IDGEN_TLS_CA=" + adm.CA}
+	m, err := tlsconf.Load(adm)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.creds = grpc.WithTransportCredentials(credentials.NewTLS(m.ClientConfig()))
 }
 
 func (c *cluster) logf(format string, args ...any) {
@@ -301,6 +347,7 @@ func (c *cluster) add(name string, expect int, seeds []string, extra ...string) 
 		raftAddr:   p(),
 		gossipAddr: p(),
 		httpAddr:   p(),
+		creds:      c.creds,
 	}
 	n.args = []string{
 		"--name=" + name,
@@ -520,6 +567,7 @@ func (c *cluster) idctl(d time.Duration, args ...string) (string, string, int, e
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, c.bin.idctl, args...)
+	cmd.Env = append(os.Environ(), c.env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

@@ -40,14 +40,16 @@ type verifier struct {
 	budget time.Duration
 }
 
-// startVerify starts idctl verify against target for d at rate IDs/s.
-func startVerify(idctl, target string, d time.Duration, rate int) (*verifier, error) {
+// startVerify starts idctl verify against c's nodes for d at rate IDs/s.
+func startVerify(c *cluster, d time.Duration, rate int) (*verifier, error) {
+	idctl, target := c.bin.idctl, c.grpcTargets()
 	v := &verifier{done: make(chan struct{}), budget: d}
 	// About 25 calls a second whatever the rate: a realistic client batches,
 	// and four calls in flight keep up with it on two cores.
 	batch := min(max(rate/25, 100), 1000)
 	v.cmd = exec.Command(idctl, "verify", "--target", target,
 		"--duration", d.String(), "--rate", strconv.Itoa(rate), "--batch", strconv.Itoa(batch), "--json")
+	v.cmd.Env = append(os.Environ(), c.env...)
 	v.cmd.Stdout, v.cmd.Stderr = &v.out, &v.errb
 	v.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := v.cmd.Start(); err != nil {
