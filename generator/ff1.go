@@ -115,10 +115,12 @@ func (f *ff1) params(tweak []byte, n int) (ff1Params, error) {
 
 func mod(a, m int) int { return (a%m + m) % m }
 
+// xorBlock is dst ^= src[:16], as two words (a byte loop cost a fifth of
+// a code).
 func xorBlock(dst *[16]byte, src []byte) {
-	for i := range dst {
-		dst[i] ^= src[i]
-	}
+	le := binary.LittleEndian
+	le.PutUint64(dst[:8], le.Uint64(dst[:8])^le.Uint64(src[:8]))
+	le.PutUint64(dst[8:], le.Uint64(dst[8:])^le.Uint64(src[8:16]))
 }
 
 // ff1Scratch holds the blocks of one encryption or decryption: block
