@@ -52,8 +52,10 @@ type PeerForwarder struct {
 
 var _ cluster.Forwarder = (*PeerForwarder)(nil)
 
-// NewPeerForwarder returns a forwarder dialing peers with insecure credentials
-// and keepalive; extra options are appended.
+// NewPeerForwarder returns a forwarder dialing peers with keepalive and
+// insecure credentials; extra options are appended, so transport credentials
+// among them replace the insecure ones (idgend passes the node's server
+// certificate, which the leader's PeerService requires with TLS on).
 func NewPeerForwarder(opts ...grpc.DialOption) *PeerForwarder {
 	base := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
