@@ -107,3 +107,27 @@ func TestPoolNextCodeWithCodec(t *testing.T) {
 		t.Errorf("plain pool: code %q is not the base62 of a later ID (%d, %v)", code, id, err)
 	}
 }
+
+// A codec for another layout than the cluster's refuses to encode its IDs:
+// NextCode says so instead of handing out a code that decodes wrongly.
+func TestPoolNextCodeRefusesCodecOfAnotherLayout(t *testing.T) {
+	n := startNode(t, 1, rpc.ServerConfig{BatchSize: 10})
+	narrow, err := generator.NewLayout(generator.DefaultEpoch, time.Second, 1, 0, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	codec, err := generator.NewCodec(make([]byte, generator.CodeKeySize), nil, narrow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := NewPool(dial(t, n.addr), PoolOptions{Codec: codec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if code, err := pool.NextCode(ctx); !errors.Is(err, generator.ErrOutOfLayout) || code != "" {
+		t.Fatalf("NextCode = %q, %v; want ErrOutOfLayout", code, err)
+	}
+}
