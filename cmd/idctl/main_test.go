@@ -66,11 +66,29 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"fault", "clock", "--offset", "later"},
 		{"fault", "disk"},
 		{"verify", "--rate", "0"},
+		{"verify", "--batch", "-1"},
+		{"verify", "--batch", "10001"},
+		{"verify", "--batch", "100,x"},
+		{"verify", "--batch", ""},
+		{"verify", "--batch", "100,,0"},
 		{"--timeout", "0s", "status"},
 		{"--target", "", "status"},
 	} {
 		if _, _, code := runCapture(t, "", args...); code != exitUsage {
 			t.Errorf("idctl %v: exit %d, want %d", args, code, exitUsage)
+		}
+	}
+}
+
+// --batch 0 asks for the node's default batch (the buffered path), alone or
+// in a list taken in turn: not a usage error. Nothing listens on the target,
+// so the run fails (exit 1) for want of IDs.
+func TestVerifyBatchZeroAccepted(t *testing.T) {
+	for _, batch := range []string{"0", "120,120,0"} {
+		_, errOut, code := runCapture(t, "127.0.0.1:1", "--timeout", "1s", "verify",
+			"--duration", "200ms", "--rate", "100", "--call-timeout", "100ms", "--batch", batch)
+		if code != exitFailed {
+			t.Errorf("verify --batch %s: exit %d, want %d: %s", batch, code, exitFailed, errOut)
 		}
 	}
 }

@@ -17,7 +17,7 @@ import (
 func bindVerify(fs *flag.FlagSet) runner {
 	duration := fs.Duration("duration", 10*time.Second, "how long to draw IDs")
 	rate := fs.Int("rate", 1000, "IDs per second to draw (calls of --batch IDs, paced)")
-	batch := fs.Int("batch", 100, "IDs per call")
+	batch := fs.String("batch", "100", "IDs per call; 0 asks for the node's default batch (its prefetch buffer); a comma list is taken in turn, e.g. 120,0")
 	concurrency := fs.Int("concurrency", 4, "calls in flight at most")
 	callTimeout := fs.Duration("call-timeout", idclient.DefaultCallTimeout, "bound for one call, retries included")
 	return func(ctx context.Context, g globals, args []string, e env) error {
@@ -29,19 +29,21 @@ func bindVerify(fs *flag.FlagSet) runner {
 			return usagef("--duration %s must be positive", *duration)
 		case *rate <= 0:
 			return usagef("--rate %d must be positive", *rate)
-		case *batch < 1 || *batch > generator.MaxBatch:
-			return usagef("--batch %d out of range 1..%d", *batch, generator.MaxBatch)
 		case *concurrency < 1 || *concurrency > 1024:
 			return usagef("--concurrency %d out of range 1..1024", *concurrency)
 		case *callTimeout <= 0:
 			return usagef("--call-timeout %s must be positive", *callTimeout)
+		}
+		counts, err := parseCounts(*batch)
+		if err != nil {
+			return err
 		}
 		if _, err := idclient.TargetAddrs(ctx, g.target); err != nil {
 			return usagef("%v", err)
 		}
 		r, err := idclient.Verify(ctx, g.target, idclient.VerifyOptions{
 			LoadOptions: idclient.LoadOptions{
-				Duration: *duration, Rate: *rate, Batch: *batch, Concurrency: *concurrency, CallTimeout: *callTimeout,
+				Duration: *duration, Rate: *rate, Counts: counts, Concurrency: *concurrency, CallTimeout: *callTimeout,
 			},
 			HistoryTimeout: g.timeout,
 			DialOptions:    g.clientOptions(),
@@ -60,7 +62,8 @@ func bindVerify(fs *flag.FlagSet) runner {
 			printReport(e, r)
 		}
 		if !r.OK() {
-			return violationError{fmt.Sprintf("%d duplicates, %d containment violations", r.Duplicates, r.ContainmentViolations)}
+			return violationError{fmt.Sprintf("%d duplicates, %d containment violations (%d per owner), %d malformed batches",
+				r.Duplicates, r.ContainmentViolations, r.OwnerViolations, r.BadBatches)}
 		}
 		if r.Acknowledged == 0 {
 			// Fail closed: a run that saw no ID proves nothing.
@@ -70,14 +73,28 @@ func bindVerify(fs *flag.FlagSet) runner {
 	}
 }
 
+// parseCounts reads --batch: counts in 0..MaxBatch, comma separated.
+func parseCounts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 || n > generator.MaxBatch {
+			return nil, usagef("--batch %q: want counts in 0..%d, comma separated (0: the node's default batch)", s, generator.MaxBatch)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
 func printReport(e env, r idclient.Report) {
 	w := e.stdout
 	fmt.Fprintf(w, "attempted     %d IDs in %d calls\n", r.Attempted, r.Load.Calls)
 	fmt.Fprintf(w, "acknowledged  %d IDs\n", r.Acknowledged)
 	fmt.Fprintf(w, "failed        %d IDs in %d calls (maybe issued, never seen)\n", r.Failed, r.Load.FailedCalls)
 	fmt.Fprintf(w, "duplicates    %d\n", r.Duplicates)
-	fmt.Fprintf(w, "containment   %d violations (%d IDs outside every granted window, %d overlapping tenures)\n",
-		r.ContainmentViolations, r.Containment.Outside, len(r.Containment.Overlaps))
+	fmt.Fprintf(w, "containment   %d violations (%d IDs outside every window of their slot, %d outside every window of the node that served them, %d overlapping tenures, %d disagreeing views)\n",
+		r.ContainmentViolations, r.Containment.Outside, r.OwnerViolations, len(r.Containment.Overlaps), len(r.Containment.Disagreements))
+	fmt.Fprintf(w, "bad batches   %d (malformed answers the client refused)\n", r.BadBatches)
 	slots := make([]string, 0, len(r.PerSlot))
 	for s := range r.PerSlot {
 		slots = append(slots, s)
@@ -104,7 +121,13 @@ func printReport(e env, r idclient.Report) {
 	for _, o := range r.Containment.Overlaps {
 		fmt.Fprintf(w, "OVERLAP       %s\n", o)
 	}
-	verdict := "OK: no duplicates, every ID inside a granted window"
+	for _, d := range r.Containment.Disagreements {
+		fmt.Fprintf(w, "DISAGREE      %s\n", d)
+	}
+	for _, b := range r.BadBatchExamples {
+		fmt.Fprintf(w, "BAD BATCH     %s\n", b)
+	}
+	verdict := "OK: no duplicates, no malformed batch, every ID inside a window granted to the node that served it"
 	if !r.OK() {
 		verdict = "FAILED"
 	}

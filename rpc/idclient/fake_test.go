@@ -146,6 +146,14 @@ func startNodeReady(t testing.TB, slot int, cfg rpc.ServerConfig, ready bool, re
 	f := &fakeNode{slot: slot, layout: generator.DefaultLayout(), ready: ready, reason: reason}
 	cfg.Backend = f
 	cfg.NodeName = fmt.Sprintf("node-%d", slot)
+	srv, addr := serve(t, cfg)
+	return &node{fake: f, srv: srv, addr: addr}
+}
+
+// serve runs a real rpc.Server for cfg.Backend on 127.0.0.1:0 until the
+// test ends.
+func serve(t testing.TB, cfg rpc.ServerConfig) (*rpc.Server, string) {
+	t.Helper()
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.Registerer = prometheus.NewRegistry()
 	cfg.ReadyPollInterval = 10 * time.Millisecond
@@ -159,7 +167,7 @@ func startNodeReady(t testing.TB, slot int, cfg rpc.ServerConfig, ready bool, re
 	}
 	go srv.Serve(lis)
 	t.Cleanup(func() { srv.Shutdown(time.Second) })
-	return &node{fake: f, srv: srv, addr: lis.Addr().String()}
+	return srv, lis.Addr().String()
 }
 
 func waitFor(t testing.TB, what string, cond func() bool) {

@@ -4,15 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"log/slog"
-	"net"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idgen/idgen/cluster"
 	"github.com/idgen/idgen/generator"
@@ -29,22 +24,22 @@ func compose(t *testing.T, ts int64, slot int, seq int64) int64 {
 }
 
 func TestCheckerFindsPlantedDuplicate(t *testing.T) {
-	c := NewChecker(0)
+	c := NewChecker()
 	var batch []int64
 	for seq := range int64(100) {
 		batch = append(batch, compose(t, 50, 3, seq))
 	}
-	c.Add(batch)
+	c.Add("n1", batch)
 	if n, _ := c.Duplicates(); n != 0 {
 		t.Fatalf("clean batch: %d duplicates", n)
 	}
 	planted := batch[42]
-	c.Add([]int64{compose(t, 51, 3, 0), planted})
+	c.Add("n2", []int64{compose(t, 51, 3, 0), planted}) // the copy came from another node
 	n, examples := c.Duplicates()
 	if n != 1 || !slices.Equal(examples, []int64{planted}) {
 		t.Fatalf("duplicates = %d %v, want 1 [%d]", n, examples, planted)
 	}
-	c.Add([]int64{planted}) // a third copy counts again
+	c.Add("n1", []int64{planted}) // a third copy counts again
 	if n, _ := c.Duplicates(); n != 2 {
 		t.Fatalf("three copies: %d duplicates, want 2", n)
 	}
@@ -56,14 +51,15 @@ func TestCheckerFindsIDOutsideEveryWindow(t *testing.T) {
 		{Slot: 0, NodeID: "b", Floor: 20, Granted: 40, ClaimedIndex: 9},
 		{Slot: 1, NodeID: "c", Floor: 0, Granted: 5, ClaimedIndex: 4},
 	}
-	c := NewChecker(0)
+	c := NewChecker()
 	inside := []int64{
 		compose(t, 11, 0, 0), compose(t, 20, 0, 7), // a's window, both ends
 		compose(t, 21, 0, 0), compose(t, 40, 0, 1), // b's window
 		compose(t, 1, 1, 0), compose(t, 5, 1, 2047),
 	}
-	c.Add(inside)
-	res := c.CheckContainment(generator.DefaultLayout(), tenures)
+	c.Add("a", inside)
+	h := History{Layout: generator.DefaultLayout(), Tenures: tenures} // no Owners: per slot only
+	res := c.CheckContainment(h)
 	if res.Violations() != 0 {
 		t.Fatalf("IDs inside windows reported: %+v", res)
 	}
@@ -78,8 +74,8 @@ func TestCheckerFindsIDOutsideEveryWindow(t *testing.T) {
 		compose(t, 3, 2, 0),  // slot 2 never had an owner
 		-1,                   // does not decode
 	}
-	c.Add(planted)
-	res = c.CheckContainment(generator.DefaultLayout(), tenures)
+	c.Add("b", planted)
+	res = c.CheckContainment(h)
 	if res.Outside != len(planted) || len(res.Overlaps) != 0 {
 		t.Fatalf("outside = %d (want %d), overlaps %v; examples %v", res.Outside, len(planted), res.Overlaps, res.Examples)
 	}
@@ -103,7 +99,7 @@ func TestCheckTenuresFindsOverlap(t *testing.T) {
 		t.Fatalf("overlap not found: %v", o)
 	}
 	// The overlap counts as a containment violation, even with no IDs.
-	if v := NewChecker(0).CheckContainment(generator.DefaultLayout(), bad).Violations(); v != 1 {
+	if v := NewChecker().CheckContainment(History{Layout: generator.DefaultLayout(), Tenures: bad}).Violations(); v != 1 {
 		t.Fatalf("violations = %d, want 1", v)
 	}
 }
@@ -114,13 +110,58 @@ func TestMergeTenuresKeepsLargestGranted(t *testing.T) {
 		{Slot: 1, NodeID: "a", Floor: 5, Granted: 60, ClaimedIndex: 7},
 		{Slot: 0, NodeID: "b", Floor: 0, Granted: 10, ClaimedIndex: 3, ReleasedIndex: 12},
 	}
-	got := MergeTenures(lagging, leader)
+	got, disagree := MergeTenures(lagging, leader)
 	want := []Tenure{
 		{Slot: 0, NodeID: "b", Floor: 0, Granted: 10, ClaimedIndex: 3, ReleasedIndex: 12},
 		{Slot: 1, NodeID: "a", Floor: 5, Granted: 90, ClaimedIndex: 7},
 	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("merged = %+v, want %+v", got, want)
+	if !slices.Equal(got, want) || len(disagree) != 0 {
+		t.Fatalf("merged = %+v, want %+v; disagreements %v", got, want, disagree)
+	}
+}
+
+func TestMergeTenuresReportsDisagreement(t *testing.T) {
+	one := []Tenure{{Slot: 1, NodeID: "a", Floor: 5, Granted: 90, ClaimedIndex: 7, ReleasedIndex: 20}}
+	other := []Tenure{{Slot: 1, NodeID: "a", Floor: 8, Granted: 90, ClaimedIndex: 7, ReleasedIndex: 21}}
+	got, disagree := MergeTenures(one, other)
+	if len(disagree) != 1 || !strings.Contains(disagree[0], "floor 5 vs 8") || !strings.Contains(disagree[0], "20 vs 21") {
+		t.Fatalf("disagreements %v", disagree)
+	}
+	if got[0].Floor != 5 {
+		t.Fatalf("merged floor %d, want the lower, 5", got[0].Floor)
+	}
+	if v := NewChecker().CheckContainment(History{Layout: generator.DefaultLayout(), Tenures: got, Disagreements: disagree}).Violations(); v != 1 {
+		t.Fatalf("violations = %d, want 1 for the disagreement", v)
+	}
+}
+
+// Per owner: an ID must lie in a window of the node that served it, known
+// by name; a name may stand for several node IDs (a wiped node came back).
+func TestCheckerPerOwner(t *testing.T) {
+	h := History{
+		Layout: generator.DefaultLayout(),
+		Tenures: []Tenure{
+			{Slot: 0, NodeID: "a1", Floor: 0, Granted: 10, ClaimedIndex: 3, ReleasedIndex: 8},
+			{Slot: 0, NodeID: "b1", Floor: 10, Granted: 20, ClaimedIndex: 9, ReleasedIndex: 12},
+			{Slot: 0, NodeID: "a2", Floor: 20, Granted: 30, ClaimedIndex: 13},
+		},
+		Owners: map[string][]string{"a": {"a1", "a2"}, "b": {"b1"}},
+	}
+	c := NewChecker()
+	c.Add("a", []int64{compose(t, 5, 0, 0), compose(t, 25, 0, 0)}) // a's first and second tenure
+	c.Add("b", []int64{compose(t, 15, 0, 0)})
+	if res := c.CheckContainment(h); res.Violations() != 0 {
+		t.Fatalf("IDs inside their owners' windows reported: %+v", res)
+	}
+	c.Add("a", []int64{compose(t, 12, 0, 0)})        // in b's window, no duplicate
+	c.Add("b", []int64{compose(t, 21, 0, 0)})        // in a2's window
+	c.Add("stranger", []int64{compose(t, 16, 0, 0)}) // no member list named it
+	res := c.CheckContainment(h)
+	if res.NotOwner != 3 || res.Outside != 0 || res.Violations() != 3 {
+		t.Fatalf("not owner %d, outside %d, want 3 and 0: %v", res.NotOwner, res.Outside, res.Examples)
+	}
+	if !strings.Contains(strings.Join(res.Examples, "\n"), `node "stranger"`) {
+		t.Fatalf("examples do not name the unknown node: %v", res.Examples)
 	}
 }
 
@@ -139,41 +180,54 @@ func TestParseLayoutRoundTrip(t *testing.T) {
 	}
 }
 
-// historyNode is a fakeNode whose History reports one tenure that covers
-// everything it mints.
-type historyNode struct {
+// clusterView is what every node of a planted cluster answers to History
+// and Members.
+type clusterView struct {
+	tenures []cluster.Tenure
+	members []cluster.MemberInfo
+}
+
+// member adds a node named name (ID "id-"+name) holding slot over
+// (floor, granted], claimed at index claimed.
+func (v *clusterView) member(name string, slot int, floor, granted int64, claimed uint64) *clusterView {
+	v.members = append(v.members, cluster.MemberInfo{ID: "id-" + name, Name: name, Slot: slot})
+	v.tenures = append(v.tenures, cluster.Tenure{Slot: slot, NodeID: "id-" + name, Floor: floor, Granted: granted, ClaimedIndex: claimed})
+	return v
+}
+
+// plantedNode is a fakeNode that answers History, Members and Status with a
+// planted cluster view.
+type plantedNode struct {
 	*fakeNode
+	id, name string
+	view     *clusterView
 }
 
-func (h historyNode) History(context.Context) ([]cluster.Tenure, error) {
-	return []cluster.Tenure{{Slot: h.slot, NodeID: "fake", Floor: 0, Granted: 1 << 20, ClaimedIndex: uint64(h.slot) + 1}}, nil
+func (p plantedNode) History(context.Context) ([]cluster.Tenure, error) { return p.view.tenures, nil }
+func (p plantedNode) Members() ([]cluster.MemberInfo, string)           { return p.view.members, "" }
+func (p plantedNode) Status() cluster.Status {
+	st := p.fakeNode.Status()
+	st.ID, st.Name = p.id, p.name
+	return st
 }
 
-func startHistoryNode(t *testing.T, slot int) string {
+// startPlanted serves node name of view on slot; its first ID has timestamp
+// firstTS.
+func startPlanted(t *testing.T, view *clusterView, name string, slot int, firstTS int64) (*fakeNode, string) {
 	t.Helper()
-	f := &fakeNode{slot: slot, layout: generator.DefaultLayout(), ready: true}
-	srv, err := rpc.NewServer(rpc.ServerConfig{
-		Backend:           historyNode{f},
-		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Registerer:        prometheus.NewRegistry(),
-		ReadyPollInterval: 10 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(lis)
-	t.Cleanup(func() { srv.Shutdown(time.Second) })
-	return lis.Addr().String()
+	l := generator.DefaultLayout()
+	f := &fakeNode{slot: slot, layout: l, ready: true, counter: (firstTS - 1) * l.SequencePerUnit()}
+	_, addr := serve(t, rpc.ServerConfig{Backend: plantedNode{f, "id-" + name, name, view}, NodeName: name, BatchSize: 40})
+	return f, addr
 }
 
 func TestVerifyCleanRun(t *testing.T) {
-	target := startHistoryNode(t, 2) + "," + startHistoryNode(t, 5)
+	view := (&clusterView{}).member("a", 2, 0, 1<<20, 1).member("b", 5, 0, 1<<20, 2)
+	_, a := startPlanted(t, view, "a", 2, 1)
+	_, b := startPlanted(t, view, "b", 5, 1)
+	target := a + "," + b
 	r, err := Verify(context.Background(), target, VerifyOptions{
-		LoadOptions: LoadOptions{Duration: 500 * time.Millisecond, Rate: 4000, Batch: 50},
+		LoadOptions: LoadOptions{Duration: 500 * time.Millisecond, Rate: 4000, Counts: []int{50}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -188,16 +242,16 @@ func TestVerifyCleanRun(t *testing.T) {
 	if r.PerSlot["2"] == 0 || r.PerSlot["5"] == 0 || r.PerSlot["2"]+r.PerSlot["5"] != int(r.Acknowledged) {
 		t.Fatalf("per slot %v, acknowledged %d", r.PerSlot, r.Acknowledged)
 	}
-	b, err := json.Marshal(r)
+	js, err := json.Marshal(r)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var fields map[string]any
-	if err := json.Unmarshal(b, &fields); err != nil {
+	if err := json.Unmarshal(js, &fields); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"acknowledged", "attempted", "containment_violations", "duplicates", "duration_ms",
-		"errors", "failed", "largest_gap_ms", "per_slot", "success_rate"}
+	want := []string{"acknowledged", "attempted", "bad_batch_examples", "bad_batches", "containment_violations",
+		"duplicates", "duration_ms", "errors", "failed", "largest_gap_ms", "owner_violations", "per_slot", "success_rate"}
 	var got []string
 	for k := range fields {
 		got = append(got, k)
@@ -211,9 +265,12 @@ func TestVerifyCleanRun(t *testing.T) {
 // Two nodes minting from the same slot with the same counter: the IDs
 // collide, as they would from a generator started below its floor.
 func TestVerifyCatchesTwoOwnersOfOneSlot(t *testing.T) {
-	target := startHistoryNode(t, 6) + "," + startHistoryNode(t, 6)
+	view := (&clusterView{}).member("a", 6, 0, 1<<20, 1).member("b", 6, 0, 1<<20, 2)
+	_, a := startPlanted(t, view, "a", 6, 1)
+	_, b := startPlanted(t, view, "b", 6, 1)
+	target := a + "," + b
 	r, err := Verify(context.Background(), target, VerifyOptions{
-		LoadOptions: LoadOptions{Duration: 400 * time.Millisecond, Rate: 5000, Batch: 100},
+		LoadOptions: LoadOptions{Duration: 400 * time.Millisecond, Rate: 5000, Counts: []int{100}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -223,13 +280,99 @@ func TestVerifyCatchesTwoOwnersOfOneSlot(t *testing.T) {
 	}
 }
 
+// A node that ends its batches with another slot's ID: the client refuses
+// every such batch, and verify must fail the run on them, not count them as
+// failed calls of an otherwise clean run.
+func TestVerifyFailsOnBadBatches(t *testing.T) {
+	view := (&clusterView{}).member("a", 1, 0, 1<<20, 1).member("b", 2, 0, 1<<20, 2)
+	_, a := startPlanted(t, view, "a", 1, 1)
+	fb, b := startPlanted(t, view, "b", 2, 1)
+	fb.setTamper(otherSlotLast)
+	r, err := Verify(context.Background(), a+","+b, VerifyOptions{
+		LoadOptions: LoadOptions{Duration: 500 * time.Millisecond, Rate: 4000, Counts: []int{50}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.OK() || r.BadBatches == 0 || r.Duplicates != 0 || r.ContainmentViolations != 0 {
+		t.Fatalf("run with node b serving another slot's IDs: ok=%v bad_batches=%d: %+v", r.OK(), r.BadBatches, r)
+	}
+	if len(r.BadBatchExamples) == 0 || !strings.Contains(r.BadBatchExamples[0], `node "b" slot 2`) {
+		t.Fatalf("evidence does not name node b: %q", r.BadBatchExamples)
+	}
+}
+
+// An old owner stamping into the next owner's window, with no ID drawn
+// twice: every ID lies in some window of its slot, but a's lie in b's.
+func TestVerifyChecksContainmentPerOwner(t *testing.T) {
+	view := (&clusterView{}).member("a", 3, 0, 100, 1).member("b", 3, 100, 1<<20, 2)
+	view.tenures[0].ReleasedIndex = 2
+	_, a := startPlanted(t, view, "a", 3, 301) // a's window ended at 100
+	_, b := startPlanted(t, view, "b", 3, 102)
+	r, err := Verify(context.Background(), a+","+b, VerifyOptions{
+		LoadOptions: LoadOptions{Duration: 500 * time.Millisecond, Rate: 4000, Counts: []int{50}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Duplicates != 0 || r.Containment.Outside != 0 {
+		t.Fatalf("the plant drew duplicates or IDs outside slot 3's windows: %+v", r)
+	}
+	if r.OK() || r.OwnerViolations == 0 || r.ContainmentViolations != r.OwnerViolations {
+		t.Fatalf("run with node a stamping into node b's window: ok=%v owner_violations=%d: %v", r.OK(), r.OwnerViolations, r.Containment.Examples)
+	}
+	for _, ex := range r.Containment.Examples {
+		if !strings.Contains(ex, `from node "a"`) {
+			t.Fatalf("an ID of node b reported: %s", ex)
+		}
+	}
+}
+
+// Two nodes whose Raft logs disagree on the floor of one tenure have
+// diverged; the run fails and says so, rather than keeping one view.
+func TestVerifyFailsOnDisagreeingTenureViews(t *testing.T) {
+	view := (&clusterView{}).member("a", 1, 0, 1<<20, 1).member("b", 2, 0, 1<<20, 2)
+	other := &clusterView{members: view.members, tenures: slices.Clone(view.tenures)}
+	other.tenures[1].Floor = 5
+	_, a := startPlanted(t, view, "a", 1, 10)
+	fb := &fakeNode{slot: 2, layout: generator.DefaultLayout(), ready: true, counter: 9 * 2048}
+	_, b := serve(t, rpc.ServerConfig{Backend: plantedNode{fb, "id-b", "b", other}, NodeName: "b", BatchSize: 40})
+	r, err := Verify(context.Background(), a+","+b, VerifyOptions{
+		LoadOptions: LoadOptions{Duration: 300 * time.Millisecond, Rate: 2000, Counts: []int{50}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.OK() || len(r.Containment.Disagreements) != 1 {
+		t.Fatalf("run with two views disagreeing on the floor of b's tenure: ok=%v %v", r.OK(), r.Containment.Disagreements)
+	}
+}
+
+// Count 0 asks for the node's default batch, served from its prefetch
+// buffer (40 IDs here): verify draws that path and paces by what the
+// batches really hold, not by its first guess of 1000.
+func TestVerifyDrawsBufferedBatches(t *testing.T) {
+	view := (&clusterView{}).member("a", 4, 0, 1<<20, 1)
+	_, a := startPlanted(t, view, "a", 4, 1)
+	r, err := Verify(context.Background(), a, VerifyOptions{
+		LoadOptions: LoadOptions{Duration: 500 * time.Millisecond, Rate: 2000, Counts: []int{0}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.OK() || r.Failed != 0 || r.Acknowledged%40 != 0 || r.Acknowledged < 400 || r.Acknowledged > 1100 {
+		t.Fatalf("ok=%v acknowledged %d (want about 1000, whole batches of 40), failed %d: %v",
+			r.OK(), r.Acknowledged, r.Failed, r.Errors)
+	}
+}
+
 func TestRunLoadCountsFailedCallsAndGap(t *testing.T) {
 	n := startNode(t, 1, rpc.ServerConfig{})
 	n.fake.setFail(errors.New("boom"))
 	c := dial(t, n.addr)
-	checker := NewChecker(0)
+	checker := NewChecker()
 	st, err := RunLoad(context.Background(), c, checker, LoadOptions{
-		Duration: 300 * time.Millisecond, Rate: 1000, Batch: 10, CallTimeout: 200 * time.Millisecond,
+		Duration: 300 * time.Millisecond, Rate: 1000, Counts: []int{10}, CallTimeout: 200 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)
