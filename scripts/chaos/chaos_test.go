@@ -113,9 +113,10 @@ func TestChaosProcess(t *testing.T) {
 		c.tailLogs(20)
 		t.Fatalf("verifier: %v", err)
 	}
-	if rep.Duplicates != 0 || rep.ContainmentViolations != 0 {
+	if rep.Duplicates != 0 || rep.ContainmentViolations != 0 || rep.BadBatches != 0 {
 		c.tailLogs(40)
-		t.Fatalf("SAFETY VIOLATION: %d duplicates, %d containment violations (logs in %s)", rep.Duplicates, rep.ContainmentViolations, c.root)
+		t.Fatalf("SAFETY VIOLATION: %d duplicates, %d containment violations (%d per owner), %d malformed batches %q (logs in %s)",
+			rep.Duplicates, rep.ContainmentViolations, rep.OwnerViolations, rep.BadBatches, rep.BadBatchExamples, c.root)
 	}
 	if code != 0 {
 		t.Fatalf("idctl verify exited %d without a violation in its report", code)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -19,6 +20,9 @@ type verifyReport struct {
 	Failed                int64          `json:"failed"`
 	Duplicates            int64          `json:"duplicates"`
 	ContainmentViolations int64          `json:"containment_violations"`
+	OwnerViolations       int64          `json:"owner_violations"`
+	BadBatches            int64          `json:"bad_batches"`
+	BadBatchExamples      []string       `json:"bad_batch_examples"`
 	PerSlot               map[string]int `json:"per_slot"`
 	LargestGapMS          int64          `json:"largest_gap_ms"`
 	SuccessRate           float64        `json:"success_rate"`
@@ -26,8 +30,8 @@ type verifyReport struct {
 	Errors                []string       `json:"errors"`
 }
 
-// verifyExitViolation is idctl verify's exit code for a duplicate or a
-// containment violation.
+// verifyExitViolation is idctl verify's exit code for a duplicate, a
+// containment violation or a malformed batch.
 const verifyExitViolation = 3
 
 // verifier is a running `idctl verify`.
@@ -45,10 +49,13 @@ func startVerify(c *cluster, d time.Duration, rate int) (*verifier, error) {
 	idctl, target := c.bin.idctl, c.grpcTargets()
 	v := &verifier{done: make(chan struct{}), budget: d}
 	// About 25 calls a second whatever the rate: a realistic client batches,
-	// and four calls in flight keep up with it on two cores.
+	// and four calls in flight keep up with it on two cores. Every eighth
+	// call asks for count 0, the node's default batch, which it serves from
+	// its prefetch buffer (batches minted before a fault): the Pool's path.
 	batch := min(max(rate/25, 100), 1000)
+	counts := strings.Repeat(strconv.Itoa(batch)+",", 7) + "0"
 	v.cmd = exec.Command(idctl, "verify", "--target", target,
-		"--duration", d.String(), "--rate", strconv.Itoa(rate), "--batch", strconv.Itoa(batch), "--json")
+		"--duration", d.String(), "--rate", strconv.Itoa(rate), "--batch", counts, "--json")
 	v.cmd.Env = append(os.Environ(), c.env...)
 	v.cmd.Stdout, v.cmd.Stderr = &v.out, &v.errb
 	v.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -106,8 +113,8 @@ func tail(s string, n int) string {
 
 // summary is the one line every chaos run ends with.
 func summary(prefix string, faults int, r verifyReport) string {
-	return fmt.Sprintf("%s: faults=%d acknowledged=%d duplicates=%d containment_violations=%d success_rate=%.4f worst_stall=%.1fs",
-		prefix, faults, r.Acknowledged, r.Duplicates, r.ContainmentViolations, r.SuccessRate, float64(r.LargestGapMS)/1000)
+	return fmt.Sprintf("%s: faults=%d acknowledged=%d duplicates=%d containment_violations=%d owner_violations=%d bad_batches=%d success_rate=%.4f worst_stall=%.1fs",
+		prefix, faults, r.Acknowledged, r.Duplicates, r.ContainmentViolations, r.OwnerViolations, r.BadBatches, r.SuccessRate, float64(r.LargestGapMS)/1000)
 }
 
 func envDuration(key string, def time.Duration) (time.Duration, error) {
