@@ -31,6 +31,11 @@ func (n *Node) runAgent() {
 		g := n.gen.Load()
 		switch {
 		case n.leaving.Load():
+		case n.conflict.Load() != nil:
+			if g != nil {
+				n.revoke(g, ErrClusterConflict)
+				g = nil
+			}
 		case g == nil && time.Since(lastClaim) >= claimRetry:
 			lastClaim = time.Now()
 			if g = n.claim(); g != nil {
@@ -84,10 +89,10 @@ func (n *Node) claim() *generator.Generator {
 		n.logger.Error("start generator", "slot", r.Slot, "floor", r.Floor, "err", err)
 		return nil
 	}
-	n.claimIndex.Store(r.Index)
+	n.tenure.Store(r.Tenure)
 	n.setReason("")
 	n.gen.Store(g)
-	n.logger.Info("claimed slot", "slot", r.Slot, "floor", r.Floor, "index", r.Index)
+	n.logger.Info("claimed slot", "slot", r.Slot, "floor", r.Floor, "tenure", r.Tenure)
 	return g
 }
 
@@ -107,20 +112,26 @@ func (n *Node) claimFailure(err error) string {
 }
 
 // stillOwner checks the local state once it has caught up with the claim;
-// if another node owns the slot now (or nobody), the generator stops at once.
+// if the slot's current tenure is not the generator's own (another node's,
+// a later claim of this node's, or none), the generator stops at once.
 func (n *Node) stillOwner(g *generator.Generator) bool {
-	owner, current := "", false
+	tenure := n.tenure.Load()
+	var (
+		owner   string
+		current uint64
+		caught  bool
+	)
 	n.fsm.view(func(s *state) {
-		current = s.Index >= n.claimIndex.Load()
+		caught = s.Index >= tenure
 		if g.Slot() < len(s.Slots) {
-			owner = s.Slots[g.Slot()].Owner
+			owner, current = s.Slots[g.Slot()].Owner, s.Slots[g.Slot()].Tenure
 		}
 	})
 	// A local state older than the claim says nothing yet.
-	if !current || owner == n.id {
+	if !caught || (owner == n.id && current == tenure) {
 		return true
 	}
-	n.revoke(g, fmt.Errorf("%w: slot %d now belongs to %q", ErrNotOwner, g.Slot(), owner))
+	n.revoke(g, fmt.Errorf("%w: slot %d is now held by %q under tenure %d, not tenure %d", ErrNotOwner, g.Slot(), owner, current, tenure))
 	return false
 }
 
@@ -145,7 +156,7 @@ func (n *Node) reserve(g *generator.Generator) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	sent := n.clock.Now()
-	r, err := n.propose(ctx, command{Type: cmdReserve, NodeID: n.id, Slot: g.Slot(), UpTo: upTo})
+	r, err := n.propose(ctx, command{Type: cmdReserve, NodeID: n.id, Slot: g.Slot(), Tenure: n.tenure.Load(), UpTo: upTo})
 	switch {
 	case err == nil:
 		g.Grant(r.Granted)

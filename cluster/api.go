@@ -34,6 +34,12 @@ var (
 	ErrRemoveSelf = errors.New("a node cannot remove itself; use leave")
 	// ErrQuorum: the removal would leave the cluster without a quorum of voters.
 	ErrQuorum = errors.New("removal would break quorum")
+	// ErrBadCommand: a command is malformed (missing or oversized fields).
+	ErrBadCommand = errors.New("malformed cluster command")
+	// ErrLeaderNotReady: a new leader has not caught up with the log yet.
+	ErrLeaderNotReady = errors.New("raft leader is still catching up")
+	// ErrClusterConflict: this node met members of another, older cluster.
+	ErrClusterConflict = errors.New("cluster conflict")
 )
 
 // MemberInfo describes one node as seen by gossip and the replicated state.
@@ -68,6 +74,10 @@ type Status struct {
 	Layout       generator.Layout
 	AppliedIndex uint64
 	LastIndex    uint64
+	// ClusterID is the cluster this node belongs to ("" until known).
+	ClusterID string
+	// ConflictingClusters lists other clusters' IDs met through gossip.
+	ConflictingClusters []string
 }
 
 // Tenure is one node's hold on one slot, as recorded by the Raft log. The owner

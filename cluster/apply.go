@@ -69,8 +69,16 @@ func (n *Node) ApplyForwarded(ctx context.Context, data []byte) ([]byte, error) 
 	return encodeResult(r)
 }
 
-// handle runs a command on the leader.
+// handle runs a command on the leader. A new leader answers only after its
+// post-election Barrier: before that its state may lack entries an earlier
+// leader committed, and a "not owner" from it would revoke a valid generator.
 func (n *Node) handle(ctx context.Context, c command) (result, error) {
+	if err := c.validate(); err != nil {
+		return result{}, err
+	}
+	if !n.leaderReady.Load() {
+		return result{}, ErrLeaderNotReady
+	}
 	switch c.Type {
 	case cmdClaim, cmdReserve, cmdRelease:
 		return n.leaderApply(ctx, c)
@@ -97,29 +105,26 @@ func (n *Node) leaderApply(ctx context.Context, c command) (result, error) {
 	}
 	if c.Type == cmdReserve {
 		var (
-			owner     string
 			highWater int64
 			limit     int64
-			inited    bool
+			holds     bool
 		)
 		n.fsm.view(func(s *state) {
-			if s.Layout == nil || c.Slot < 0 || c.Slot >= len(s.Slots) {
-				return
+			if holds = s.holds(c.NodeID, c.Slot, c.Tenure); holds {
+				highWater = s.Slots[c.Slot].HighWater
+				limit = s.Layout.Units(now) + unitsCeil(n.cfg.MaxAhead, s.Layout.Unit)
 			}
-			inited = true
-			owner, highWater = s.Slots[c.Slot].Owner, s.Slots[c.Slot].HighWater
-			limit = s.Layout.Units(now) + unitsCeil(n.cfg.MaxAhead, s.Layout.Unit)
 		})
-		if !inited || owner != c.NodeID {
-			return result{}, fmt.Errorf("%w: node %s does not own slot %d", ErrNotOwner, c.NodeID, c.Slot)
+		if !holds {
+			return result{}, fmt.Errorf("%w: node %s does not hold slot %d under tenure %d", ErrNotOwner, c.NodeID, c.Slot, c.Tenure)
 		}
 		if c.UpTo > limit {
 			c.UpTo = limit
 		}
 		if c.UpTo <= highWater {
-			// Nothing new to grant yet; highWater was granted to this owner
-			// already (a new owner starts at it), so repeating it is safe.
-			return result{Slot: c.Slot, Granted: highWater, LeaderTime: now.UnixNano()}, nil
+			// Nothing new to grant yet; highWater was granted to this tenure
+			// already (a new tenure starts at it), so repeating it is safe.
+			return result{Slot: c.Slot, Granted: highWater, Tenure: c.Tenure, LeaderTime: now.UnixNano()}, nil
 		}
 	}
 	r, _, err := n.raftApply(ctx, c)
@@ -263,10 +268,13 @@ func (n *Node) Leave(ctx context.Context) error {
 	}
 	if g := n.gen.Swap(nil); g != nil {
 		g.Revoke(errors.New("node is leaving"))
-	}
-	if _, err := n.propose(ctx, command{Type: cmdRelease, NodeID: n.id}); err != nil && !errors.Is(err, ErrUnknownNode) {
-		n.leaving.Store(false)
-		return fmt.Errorf("release slot: %w", err)
+		// A tenure that is no longer current needs no release: the slot
+		// moved on without it.
+		c := command{Type: cmdRelease, NodeID: n.id, Tenure: n.tenure.Load()}
+		if _, err := n.propose(ctx, c); err != nil && !errors.Is(err, ErrNotOwner) {
+			n.leaving.Store(false)
+			return fmt.Errorf("release slot: %w", err)
+		}
 	}
 	if n.otherVoters() > 0 {
 		if n.rs.raft.State() == raft.Leader {

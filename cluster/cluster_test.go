@@ -8,12 +8,15 @@ import (
 	"time"
 )
 
-// startThree brings up a, b, c with --bootstrap-expect 3, all ready.
-func startThree(t *testing.T) *testCluster {
+// startThree brings up a, b, c with --bootstrap-expect 3, all ready; tune
+// changes each node's config before it starts.
+func startThree(t *testing.T, tune ...func(*Config)) *testCluster {
 	tc := newTestCluster(t)
-	tc.add("a", 3)
-	tc.add("b", 3, "a")
-	tc.add("c", 3, "a")
+	for _, s := range []*nodeSpec{tc.add("a", 3), tc.add("b", 3, "a"), tc.add("c", 3, "a")} {
+		for _, f := range tune {
+			f(&s.cfg)
+		}
+	}
 	for _, name := range []string{"a", "b", "c"} {
 		tc.start(name)
 	}
@@ -296,7 +299,7 @@ func TestLaggingNodeCatchesUpFromSnapshot(t *testing.T) {
 		}
 		slot := leader.Status().Slot
 		for i := 0; i < 20; i++ {
-			if _, _, err := leader.raftApply(context.Background(), command{Type: cmdReserve, NodeID: leader.ID(), Slot: slot}); err != nil {
+			if _, _, err := leader.raftApply(context.Background(), command{Type: cmdReserve, NodeID: leader.ID(), Slot: slot, Tenure: leader.tenure.Load()}); err != nil {
 				return false
 			}
 		}

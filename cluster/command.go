@@ -56,6 +56,15 @@ type command struct {
 	NodeID string            `json:"node_id,omitempty"`
 	Slot   int               `json:"slot,omitempty"`  // Reserve
 	UpTo   int64             `json:"up_to,omitempty"` // Reserve
+	// Tenure names the claim a Reserve or Release speaks for (the claim's
+	// log index). Only the slot's current tenure is accepted.
+	Tenure uint64 `json:"tenure,omitempty"`
+
+	// ClusterID, Created (the bootstrapping leader's clock, Unix ns) and Start
+	// (every slot's first highWater, in layout units) are set by Init only.
+	ClusterID string `json:"cluster_id,omitempty"`
+	Created   int64  `json:"created,omitempty"`
+	Start     int64  `json:"start,omitempty"`
 
 	// SentAt is the sender's clock (Unix nanoseconds) when it made the request.
 	// The leader checks it against its own clock before proposing; Apply ignores it.
@@ -68,6 +77,8 @@ type result struct {
 	Slot    int   `json:"slot"`
 	Floor   int64 `json:"floor"`
 	Granted int64 `json:"granted"`
+	// Tenure is the claim's identity (Claim) or the tenure granted to (Reserve).
+	Tenure uint64 `json:"tenure,omitempty"`
 	// Index is the Raft log index of the entry (0 when nothing was proposed).
 	Index uint64 `json:"index,omitempty"`
 	// LeaderTime is the leader's clock (Unix nanoseconds) when it answered.
@@ -110,4 +121,72 @@ func (c command) nodeID() string {
 		return c.Node.ID
 	}
 	return c.NodeID
+}
+
+// Bounds on what a command may carry. A command is checked against them in
+// the leader before it is proposed and again in Apply, so a forged or buggy
+// entry is refused instead of growing the state or crashing every replica.
+const (
+	maxIDLen   = 64
+	maxNameLen = 64
+	maxAddrLen = 255
+)
+
+// validate checks the shape of a command: the fields its type needs, and
+// their sizes. It does not look at the state.
+func (c command) validate() error {
+	switch c.Type {
+	case cmdInit:
+		if c.Layout == nil {
+			return fmt.Errorf("%w: init without layout", ErrBadCommand)
+		}
+		if err := c.Layout.Validate(); err != nil {
+			return fmt.Errorf("%w: init layout: %v", ErrBadCommand, err)
+		}
+		if c.ClusterID == "" || len(c.ClusterID) > maxIDLen {
+			return fmt.Errorf("%w: init needs a cluster ID of 1..%d bytes (a log written by an idgen without cluster identity? start a new cluster with fresh data dirs)", ErrBadCommand, maxIDLen)
+		}
+		if c.Start < 0 {
+			return fmt.Errorf("%w: init start %d is negative", ErrBadCommand, c.Start)
+		}
+		return nil
+	case cmdClaim:
+		if c.Node == nil {
+			return fmt.Errorf("%w: claim without node", ErrBadCommand)
+		}
+		return c.Node.validate()
+	case cmdReserve, cmdRelease:
+		if err := validID("node ID", c.NodeID); err != nil {
+			return err
+		}
+		if c.Tenure == 0 {
+			return fmt.Errorf("%w: %s for node %s names no tenure", ErrBadCommand, c.Type, c.NodeID)
+		}
+		return nil
+	case cmdRemove:
+		return validID("node ID", c.NodeID)
+	}
+	return fmt.Errorf("%w: unknown command type %d", ErrBadCommand, byte(c.Type))
+}
+
+func (n NodeInfo) validate() error {
+	if err := validID("node ID", n.ID); err != nil {
+		return err
+	}
+	if len(n.Name) > maxNameLen {
+		return fmt.Errorf("%w: node name of %d bytes (at most %d)", ErrBadCommand, len(n.Name), maxNameLen)
+	}
+	for _, a := range []string{n.RaftAddr, n.GossipAddr, n.GRPCAddr, n.HTTPAddr} {
+		if len(a) > maxAddrLen {
+			return fmt.Errorf("%w: node address of %d bytes (at most %d)", ErrBadCommand, len(a), maxAddrLen)
+		}
+	}
+	return nil
+}
+
+func validID(what, id string) error {
+	if id == "" || len(id) > maxIDLen {
+		return fmt.Errorf("%w: %s must be 1..%d bytes, got %d", ErrBadCommand, what, maxIDLen, len(id))
+	}
+	return nil
 }

@@ -20,18 +20,21 @@ var errNotInitialized = errors.New("cluster state not initialized yet")
 type slotState struct {
 	Owner     string `json:"owner,omitempty"`
 	HighWater int64  `json:"high_water"`
-	// Tenure indexes the owner's entry in state.Tenures, -1 when free.
-	Tenure int `json:"tenure"`
+	// Tenure is the current claim's identity (its log index), 0 when free.
+	Tenure uint64 `json:"tenure_id,omitempty"`
 }
 
 // state is the replicated state machine's data (DESIGN.md section 3).
 type state struct {
 	// Index is the Raft index of the last entry applied.
-	Index   uint64              `json:"index"`
-	Layout  *generator.Layout   `json:"layout,omitempty"`
-	Nodes   map[string]NodeInfo `json:"nodes"`
-	Slots   []slotState         `json:"slots"`
-	Tenures []Tenure            `json:"tenures"`
+	Index uint64 `json:"index"`
+	// ClusterID and Created (Unix ns) come from Init: the cluster's identity.
+	ClusterID string              `json:"cluster_id,omitempty"`
+	Created   int64               `json:"created,omitempty"`
+	Layout    *generator.Layout   `json:"layout,omitempty"`
+	Nodes     map[string]NodeInfo `json:"nodes"`
+	Slots     []slotState         `json:"slots"`
+	Tenures   []Tenure            `json:"tenures"`
 }
 
 func newState() *state { return &state{Nodes: map[string]NodeInfo{}} }
@@ -47,10 +50,12 @@ func (s *state) slotOf(nodeID string) int {
 
 func (s *state) clone() *state {
 	c := &state{
-		Index:   s.Index,
-		Nodes:   make(map[string]NodeInfo, len(s.Nodes)),
-		Slots:   append([]slotState(nil), s.Slots...),
-		Tenures: append([]Tenure(nil), s.Tenures...),
+		Index:     s.Index,
+		ClusterID: s.ClusterID,
+		Created:   s.Created,
+		Nodes:     make(map[string]NodeInfo, len(s.Nodes)),
+		Slots:     append([]slotState(nil), s.Slots...),
+		Tenures:   append([]Tenure(nil), s.Tenures...),
 	}
 	if s.Layout != nil {
 		l := *s.Layout
@@ -111,6 +116,12 @@ func (f *fsm) Apply(l *raft.Log) interface{} {
 // apply is deterministic: it reads only the command, the index and the state.
 func (s *state) apply(c command, index uint64) interface{} {
 	switch c.Type {
+	case cmdInit, cmdClaim, cmdReserve, cmdRelease, cmdRemove:
+		if err := c.validate(); err != nil {
+			return err
+		}
+	}
+	switch c.Type {
 	case cmdInit:
 		return s.applyInit(c)
 	case cmdClaim:
@@ -118,9 +129,9 @@ func (s *state) apply(c command, index uint64) interface{} {
 	case cmdReserve:
 		return s.applyReserve(c)
 	case cmdRelease:
-		return s.applyRelease(c.NodeID, index, false)
+		return s.applyRelease(c, index)
 	case cmdRemove:
-		return s.applyRelease(c.NodeID, index, true)
+		return s.applyRemove(c.NodeID, index)
 	default:
 		// Consul and Nomad stop here too: a replica that skipped an entry it
 		// does not understand would silently diverge from the others.
@@ -128,50 +139,69 @@ func (s *state) apply(c command, index uint64) interface{} {
 	}
 }
 
+// applyInit starts a new cluster. Every slot's highWater starts at Start, the
+// bootstrapping leader's clock plus max-ahead, so the new cluster never stamps
+// a second that an earlier life of any of its nodes could have borrowed.
 func (s *state) applyInit(c command) interface{} {
-	if c.Layout == nil {
-		return fmt.Errorf("init without layout")
-	}
 	if s.Layout != nil {
 		if *s.Layout != *c.Layout {
 			return fmt.Errorf("%w: cluster uses %s, init asked for %s", ErrLayoutMismatch, s.Layout, c.Layout)
 		}
-		return result{}
+		return fmt.Errorf("%w: cluster %s is initialized already", ErrBadCommand, s.ClusterID)
 	}
 	l := *c.Layout
 	s.Layout = &l
+	s.ClusterID, s.Created = c.ClusterID, c.Created
 	s.Slots = make([]slotState, l.Slots())
 	for i := range s.Slots {
-		s.Slots[i].Tenure = -1
+		s.Slots[i].HighWater = c.Start
 	}
 	return result{}
 }
 
+// applyClaim grants the node its slot (a new tenure on the slot it holds, or
+// a free slot) and opens a new tenure: the entry's index. Nothing is stored
+// when no slot is free.
 func (s *state) applyClaim(c command, index uint64) interface{} {
 	if s.Layout == nil {
 		return errNotInitialized
 	}
-	if c.Node == nil || c.Node.ID == "" {
-		return fmt.Errorf("claim without node")
-	}
 	if c.Layout != nil && *c.Layout != *s.Layout {
 		return fmt.Errorf("%w: cluster uses %s, node %s is configured with %s", ErrLayoutMismatch, s.Layout, c.Node.Name, c.Layout)
 	}
-	s.Nodes[c.Node.ID] = *c.Node
-	if i := s.slotOf(c.Node.ID); i >= 0 {
-		return result{Slot: i, Floor: s.Slots[i].HighWater, Granted: s.Slots[i].HighWater}
-	}
-	i := s.freeSlot(c.Node.Datacenter)
-	if i < 0 {
+	i := s.slotOf(c.Node.ID)
+	if i >= 0 {
+		// A new claim of the held slot ends the old tenure: whatever generator
+		// belonged to it is fenced from here on.
+		s.tenure(i, s.Slots[i].Tenure).ReleasedIndex = index
+	} else if i = s.freeSlot(c.Node.Datacenter); i < 0 {
 		return fmt.Errorf("%w (%d slots); the node waits as a standby", ErrClusterFull, len(s.Slots))
 	}
+	s.Nodes[c.Node.ID] = *c.Node
 	sl := &s.Slots[i]
-	sl.Owner = c.Node.ID
-	sl.Tenure = len(s.Tenures)
+	sl.Owner, sl.Tenure = c.Node.ID, index
 	s.Tenures = append(s.Tenures, Tenure{
 		Slot: i, NodeID: c.Node.ID, Floor: sl.HighWater, Granted: sl.HighWater, ClaimedIndex: index,
 	})
-	return result{Slot: i, Floor: sl.HighWater, Granted: sl.HighWater}
+	return result{Slot: i, Floor: sl.HighWater, Granted: sl.HighWater, Tenure: index}
+}
+
+// tenure finds the record of a slot's tenure, searching from the newest.
+// The state's invariants (checked by Restore) guarantee it exists for every
+// owned slot.
+func (s *state) tenure(slot int, id uint64) *Tenure {
+	for i := len(s.Tenures) - 1; i >= 0; i-- {
+		if t := &s.Tenures[i]; t.Slot == slot && t.ClaimedIndex == id {
+			return t
+		}
+	}
+	panic(fmt.Sprintf("idgen fsm: slot %d has no record of its tenure %d", slot, id))
+}
+
+// holds reports whether node holds slot under exactly this tenure.
+func (s *state) holds(node string, slot int, tenure uint64) bool {
+	return s.Layout != nil && slot >= 0 && slot < len(s.Slots) && tenure != 0 &&
+		s.Slots[slot].Owner == node && s.Slots[slot].Tenure == tenure
 }
 
 // freeSlot picks the lowest free slot in the preferred datacenter, else the
@@ -193,38 +223,49 @@ func (s *state) freeSlot(datacenter int) int {
 	return -1
 }
 
+// applyReserve extends the slot's window, but only for its current tenure:
+// a grant can never reach a generator of an earlier or unknown claim.
 func (s *state) applyReserve(c command) interface{} {
-	if s.Layout == nil {
-		return errNotInitialized
-	}
-	if c.Slot < 0 || c.Slot >= len(s.Slots) || s.Slots[c.Slot].Owner != c.NodeID {
-		return fmt.Errorf("%w: node %s does not own slot %d", ErrNotOwner, c.NodeID, c.Slot)
+	if !s.holds(c.NodeID, c.Slot, c.Tenure) {
+		return fmt.Errorf("%w: node %s does not hold slot %d under tenure %d", ErrNotOwner, c.NodeID, c.Slot, c.Tenure)
 	}
 	sl := &s.Slots[c.Slot]
 	if c.UpTo > sl.HighWater {
 		sl.HighWater = c.UpTo
-		s.Tenures[sl.Tenure].Granted = sl.HighWater
+		s.tenure(c.Slot, sl.Tenure).Granted = sl.HighWater
 	}
-	return result{Slot: c.Slot, Granted: sl.HighWater}
+	return result{Slot: c.Slot, Granted: sl.HighWater, Tenure: sl.Tenure}
 }
 
-// applyRelease frees the node's slot, keeping its highWater. remove also
-// forgets the node.
-func (s *state) applyRelease(nodeID string, index uint64, remove bool) interface{} {
+// applyRelease frees the slot of the named tenure (a graceful leave), keeping
+// its highWater.
+func (s *state) applyRelease(c command, index uint64) interface{} {
+	i := s.slotOf(c.NodeID)
+	if !s.holds(c.NodeID, i, c.Tenure) {
+		return fmt.Errorf("%w: node %s does not hold a slot under tenure %d", ErrNotOwner, c.NodeID, c.Tenure)
+	}
+	s.free(i, index)
+	return result{Slot: i}
+}
+
+// applyRemove frees the node's slot, whatever its tenure, and forgets the node.
+func (s *state) applyRemove(nodeID string, index uint64) interface{} {
 	_, known := s.Nodes[nodeID]
 	i := s.slotOf(nodeID)
 	if !known && i < 0 {
 		return fmt.Errorf("%w: %s", ErrUnknownNode, nodeID)
 	}
 	if i >= 0 {
-		s.Tenures[s.Slots[i].Tenure].ReleasedIndex = index
-		s.Slots[i].Owner = ""
-		s.Slots[i].Tenure = -1
+		s.free(i, index)
 	}
-	if remove {
-		delete(s.Nodes, nodeID)
-	}
+	delete(s.Nodes, nodeID)
 	return result{Slot: i}
+}
+
+func (s *state) free(slot int, index uint64) {
+	s.tenure(slot, s.Slots[slot].Tenure).ReleasedIndex = index
+	s.Slots[slot].Owner = ""
+	s.Slots[slot].Tenure = 0
 }
 
 // Snapshot implements raft.FSM.
@@ -244,10 +285,60 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if s.Nodes == nil {
 		s.Nodes = map[string]NodeInfo{}
 	}
+	if err := s.check(); err != nil {
+		return fmt.Errorf("restore snapshot: %w", err)
+	}
 	f.mu.Lock()
 	f.state = s
 	f.mu.Unlock()
 	f.notify()
+	return nil
+}
+
+// check validates a state loaded from a snapshot: the invariants Apply keeps.
+func (s *state) check() error {
+	if s.Layout == nil {
+		if len(s.Slots) != 0 || len(s.Tenures) != 0 {
+			return errors.New("slots or tenures without a layout")
+		}
+		return nil
+	}
+	if err := s.Layout.Validate(); err != nil {
+		return fmt.Errorf("layout: %w", err)
+	}
+	if s.ClusterID == "" {
+		return errors.New("no cluster ID (a snapshot of an idgen without cluster identity? start a new cluster with fresh data dirs)")
+	}
+	if len(s.Slots) != s.Layout.Slots() {
+		return fmt.Errorf("%d slots, layout has %d", len(s.Slots), s.Layout.Slots())
+	}
+	for id, info := range s.Nodes {
+		if err := info.validate(); err != nil || info.ID != id {
+			return fmt.Errorf("node %q: %v", id, err)
+		}
+	}
+	for _, t := range s.Tenures {
+		if t.Slot < 0 || t.Slot >= len(s.Slots) || t.Granted < t.Floor || t.ClaimedIndex == 0 {
+			return fmt.Errorf("bad tenure %+v", t)
+		}
+	}
+	for i, sl := range s.Slots {
+		if (sl.Owner == "") != (sl.Tenure == 0) {
+			return fmt.Errorf("slot %d: owner %q with tenure %d", i, sl.Owner, sl.Tenure)
+		}
+		if sl.Owner == "" {
+			continue
+		}
+		found := false
+		for _, t := range s.Tenures {
+			if t.Slot == i && t.ClaimedIndex == sl.Tenure && t.NodeID == sl.Owner && t.ReleasedIndex == 0 && t.Granted == sl.HighWater {
+				found = true
+			}
+		}
+		if !found {
+			return fmt.Errorf("slot %d: no open tenure %d of %s at highWater %d", i, sl.Tenure, sl.Owner, sl.HighWater)
+		}
+	}
 	return nil
 }
 

@@ -9,10 +9,12 @@ import (
 )
 
 // TestFSMWindowsNeverOverlap drives the state machine with random claims,
-// reserves (by owners and by fenced nodes), releases and removes, and checks
+// reserves and releases that name any tenure the node ever held (or a
+// made-up one, as a delayed or forged command would), and removes. It checks
 // the replicated half of the uniqueness argument: for every slot, each
-// owner's window (floor, granted] starts at or above everything granted to
-// any earlier owner, and highWater never decreases.
+// tenure's window (floor, granted] starts at or above everything granted to
+// any earlier tenure, highWater never decreases, and every grant a generator
+// was told about lies inside the tenure it holds.
 func TestFSMWindowsNeverOverlap(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		f := newFSM()
@@ -25,11 +27,23 @@ func TestFSMWindowsNeverOverlap(t *testing.T) {
 		}
 		apply(initCmd())
 		nodes := []string{"n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9"}
-		// held[node][slot] lists the windows a node was told it may stamp:
-		// each claim starts a new generator at the returned floor, and each
-		// accepted reserve extends the newest one, exactly as the agent does.
-		type window struct{ floor, granted int64 }
-		held := map[string]map[int][]window{}
+		// held[tenure] is the window a generator of that claim was told it
+		// may stamp: each claim starts a new generator at the returned floor,
+		// and each accepted reserve extends the generator of the tenure it named.
+		type window struct {
+			node           string
+			slot           int
+			floor, granted int64
+		}
+		held := map[uint64]*window{}
+		tenuresOf := map[string][]uint64{}
+		pickTenure := func(node string) uint64 {
+			ts := tenuresOf[node]
+			if len(ts) == 0 || rapid.IntRange(0, 9).Draw(rt, "madeUp") == 0 {
+				return rapid.Uint64Range(0, f.state.Index+1).Draw(rt, "anyTenure")
+			}
+			return rapid.SampledFrom(ts).Draw(rt, "tenure")
+		}
 		prevHW := make([]int64, 8)
 		steps := rapid.IntRange(1, 200).Draw(rt, "steps")
 		for i := 0; i < steps; i++ {
@@ -40,26 +54,24 @@ func TestFSMWindowsNeverOverlap(t *testing.T) {
 				c = claimCmd(node, rapid.IntRange(-1, 3).Draw(rt, "dc"))
 			case 1:
 				c = reserveCmd(node, rapid.IntRange(0, 7).Draw(rt, "slot"), rapid.Int64Range(0, 1000).Draw(rt, "upTo"))
+				c.Tenure = pickTenure(node)
 			case 2:
-				c = command{Type: cmdRelease, NodeID: node}
+				c = command{Type: cmdRelease, NodeID: node, Tenure: pickTenure(node)}
 			default:
 				c = command{Type: cmdRemove, NodeID: node}
 			}
 			res := apply(c)
-			r, ok := res.(result)
-			if ok {
-				if held[node] == nil {
-					held[node] = map[int][]window{}
-				}
+			if r, ok := res.(result); ok {
 				switch c.Type {
 				case cmdClaim:
-					held[node][r.Slot] = append(held[node][r.Slot], window{r.Floor, r.Floor})
+					held[r.Tenure] = &window{node, r.Slot, r.Floor, r.Floor}
+					tenuresOf[node] = append(tenuresOf[node], r.Tenure)
 				case cmdReserve:
-					ws := held[node][c.Slot]
-					if len(ws) == 0 {
-						rt.Fatalf("reserve by %s on slot %d accepted without a claim", node, c.Slot)
+					w := held[c.Tenure]
+					if w == nil || w.node != node || w.slot != c.Slot {
+						rt.Fatalf("reserve by %s on slot %d accepted for tenure %d that no claim of its own returned", node, c.Slot, c.Tenure)
 					}
-					if w := &ws[len(ws)-1]; r.Granted > w.granted {
+					if r.Granted > w.granted {
 						w.granted = r.Granted
 					}
 				}
@@ -82,24 +94,16 @@ func TestFSMWindowsNeverOverlap(t *testing.T) {
 			}
 			last[tn.Slot] = tn.Granted
 		}
-		// Every window a node was told it may use lies inside one of its
-		// tenures of that slot.
-		for node, slots := range held {
-			for slot, ws := range slots {
-				for _, w := range ws {
-					if w.granted == w.floor {
-						continue // nothing usable was granted
-					}
-					inside := false
-					for _, tn := range f.state.Tenures {
-						if tn.Slot == slot && tn.NodeID == node && w.floor >= tn.Floor && w.granted <= tn.Granted {
-							inside = true
-						}
-					}
-					if !inside {
-						rt.Fatalf("%s believes it may stamp slot %d in (%d, %d], outside its tenures %s", node, slot, w.floor, w.granted, fmt.Sprint(f.state.Tenures))
-					}
+		// Every window a generator was told it may use lies inside its own tenure.
+		for id, w := range held {
+			inside := false
+			for _, tn := range f.state.Tenures {
+				if tn.ClaimedIndex == id && tn.Slot == w.slot && tn.NodeID == w.node && w.floor >= tn.Floor && w.granted <= tn.Granted {
+					inside = true
 				}
+			}
+			if !inside {
+				rt.Fatalf("%s's generator of tenure %d may stamp slot %d in (%d, %d], outside that tenure: %s", w.node, id, w.slot, w.floor, w.granted, fmt.Sprint(f.state.Tenures))
 			}
 		}
 	})

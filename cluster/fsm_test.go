@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -17,7 +18,7 @@ func applyAll(t *testing.T, f *fsm, cmds ...command) []interface{} {
 	t.Helper()
 	var out []interface{}
 	for _, c := range cmds {
-		data, err := encodeCommand(c)
+		data, err := encodeCommand(withTenure(f, c))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -27,9 +28,27 @@ func applyAll(t *testing.T, f *fsm, cmds ...command) []interface{} {
 	return out
 }
 
+// tenureCurrent in a test command stands for the node's current tenure,
+// filled in by withTenure just before the command is applied.
+const tenureCurrent = ^uint64(0)
+
+func withTenure(f *fsm, c command) command {
+	if c.Tenure == tenureCurrent {
+		c.Tenure = 0
+		if i := f.state.slotOf(c.NodeID); i >= 0 {
+			c.Tenure = f.state.Slots[i].Tenure
+		}
+	}
+	return c
+}
+
 func initCmd() command {
 	l := generator.DefaultLayout()
-	return command{Type: cmdInit, Layout: &l}
+	return command{Type: cmdInit, Layout: &l, ClusterID: "test-cluster"}
+}
+
+func releaseCmd(id string) command {
+	return command{Type: cmdRelease, NodeID: id, Tenure: tenureCurrent}
 }
 
 func claimCmd(id string, dc int) command {
@@ -38,7 +57,7 @@ func claimCmd(id string, dc int) command {
 }
 
 func reserveCmd(id string, slot int, upTo int64) command {
-	return command{Type: cmdReserve, NodeID: id, Slot: slot, UpTo: upTo}
+	return command{Type: cmdReserve, NodeID: id, Slot: slot, UpTo: upTo, Tenure: tenureCurrent}
 }
 
 func mustResult(t *testing.T, v interface{}) result {
@@ -58,7 +77,7 @@ func mustErr(t *testing.T, v interface{}, target error) {
 	}
 }
 
-func TestClaimIsIdempotentForOwner(t *testing.T) {
+func TestReclaimKeepsSlotAndOpensNewTenure(t *testing.T) {
 	f := newFSM()
 	res := applyAll(t, f, initCmd(), claimCmd("a", -1), reserveCmd("a", 0, 50), claimCmd("a", -1))
 	first, again := mustResult(t, res[1]), mustResult(t, res[3])
@@ -68,8 +87,119 @@ func TestClaimIsIdempotentForOwner(t *testing.T) {
 	if again.Floor != 50 {
 		t.Fatalf("re-claim floor = %d, want the high-water 50 so a restart starts above its old IDs", again.Floor)
 	}
-	if n := len(f.state.Tenures); n != 1 {
-		t.Fatalf("idempotent claim opened %d tenures, want 1", n)
+	if first.Tenure != 2 || again.Tenure != 4 {
+		t.Fatalf("tenures %d, %d; want the claims' log indexes 2 and 4", first.Tenure, again.Tenure)
+	}
+	if n := len(f.state.Tenures); n != 2 || f.state.Tenures[0].ReleasedIndex != 4 {
+		t.Fatalf("re-claim should close the first tenure and open a second: %+v", f.state.Tenures)
+	}
+	// The first claim's generator is fenced: its reserve grants nothing.
+	old := reserveCmd("a", 0, 90)
+	old.Tenure = first.Tenure
+	mustErr(t, applyAll(t, f, old)[0], ErrNotOwner)
+	if hw := f.state.Slots[0].HighWater; hw != 50 {
+		t.Fatalf("a fenced tenure moved the high-water to %d", hw)
+	}
+}
+
+// TestGrantNeverCrossesTenures is the sequence that produced duplicates when
+// the fence was the node ID: X's first claim is delayed in flight while X
+// claims again (generator gB), X is removed, Y holds the slot and is removed,
+// then X's delayed claim commits. gB must not be granted anything more.
+func TestGrantNeverCrossesTenures(t *testing.T) {
+	f := newFSM()
+	applyAll(t, f, initCmd())
+	gB := mustResult(t, applyAll(t, f, claimCmd("X", -1))[0])
+	mustResult(t, applyAll(t, f, reserveCmd("X", gB.Slot, 100))[0])
+	applyAll(t, f, command{Type: cmdRemove, NodeID: "X"})
+	y := mustResult(t, applyAll(t, f, claimCmd("Y", -1))[0])
+	mustResult(t, applyAll(t, f, reserveCmd("Y", y.Slot, 200))[0])
+	applyAll(t, f, command{Type: cmdRemove, NodeID: "Y"})
+	late := mustResult(t, applyAll(t, f, claimCmd("X", -1))[0]) // the delayed claim
+	if late.Slot != gB.Slot || late.Floor != 200 {
+		t.Fatalf("late claim got slot %d floor %d, want slot %d floor 200", late.Slot, late.Floor, gB.Slot)
+	}
+	stale := reserveCmd("X", gB.Slot, 300)
+	stale.Tenure = gB.Tenure
+	mustErr(t, applyAll(t, f, stale)[0], ErrNotOwner)
+	if hw := f.state.Slots[gB.Slot].HighWater; hw != 200 {
+		t.Fatalf("gB's reserve moved the high-water to %d", hw)
+	}
+	// The tenure that did commit (and that no generator holds) may still be reserved.
+	mustResult(t, applyAll(t, f, reserveCmd("X", gB.Slot, 300))[0])
+}
+
+// TestMalformedCommandsAreRefused: every replica must refuse these with an
+// error result, never panic (a panic in Apply crash-loops every replica on
+// each replay of the log), and never change the state.
+func TestMalformedCommandsAreRefused(t *testing.T) {
+	f := newFSM()
+	applyAll(t, f, initCmd(), claimCmd("a", -1), reserveCmd("a", 0, 10))
+	before := f.state.clone()
+	long := claimCmd("long", -1)
+	long.Node.Name = strings.Repeat("x", 1<<20)
+	longAddr := claimCmd("addr", -1)
+	longAddr.Node.GRPCAddr = strings.Repeat("x", 300)
+	for name, c := range map[string]command{
+		"reserve with empty node on a free slot": {Type: cmdReserve, Slot: 3, UpTo: 100, Tenure: 1},
+		"reserve without tenure":                 {Type: cmdReserve, NodeID: "a", Slot: 0, UpTo: 100},
+		"reserve of a slot out of range":         {Type: cmdReserve, NodeID: "a", Slot: 99, UpTo: 100, Tenure: 2},
+		"reserve of a negative slot":             {Type: cmdReserve, NodeID: "a", Slot: -1, UpTo: 100, Tenure: 2},
+		"reserve naming another tenure":          {Type: cmdReserve, NodeID: "a", Slot: 0, UpTo: 100, Tenure: 1},
+		"release with empty node":                {Type: cmdRelease, Tenure: 2},
+		"release without tenure":                 {Type: cmdRelease, NodeID: "a"},
+		"remove with empty node":                 {Type: cmdRemove},
+		"claim without node":                     {Type: cmdClaim},
+		"claim with empty node ID":               claimCmd("", -1),
+		"claim with a 1 MiB name":                long,
+		"claim with a 300-byte address":          longAddr,
+		"second init":                            initCmd(),
+		"init without cluster ID":                {Type: cmdInit, Layout: initCmd().Layout},
+	} {
+		res := applyAll(t, f, c)[0]
+		if _, ok := res.(error); !ok {
+			t.Errorf("%s: accepted (%v)", name, res)
+		}
+		after := f.state.clone()
+		after.Index = before.Index
+		if !reflect.DeepEqual(before, after) {
+			t.Errorf("%s: changed the state", name)
+		}
+	}
+}
+
+// TestRefusedClaimStoresNothing: a claim refused because every slot is taken
+// must not leave its node behind (twelve such claims once grew raft.db to
+// 16 MB and broke Members).
+func TestRefusedClaimStoresNothing(t *testing.T) {
+	f := newFSM()
+	applyAll(t, f, initCmd())
+	for i := 0; i < 8; i++ {
+		mustResult(t, applyAll(t, f, claimCmd(string(rune('a'+i)), -1))[0])
+	}
+	mustErr(t, applyAll(t, f, claimCmd("ninth", -1))[0], ErrClusterFull)
+	if _, ok := f.state.Nodes["ninth"]; ok || len(f.state.Nodes) != 8 || len(f.state.Tenures) != 8 {
+		t.Fatalf("a refused claim was stored: %d nodes, %d tenures", len(f.state.Nodes), len(f.state.Tenures))
+	}
+}
+
+// TestInitStartsEverySlotAtStart: a new cluster's slots begin at the
+// bootstrapping leader's clock plus max-ahead, so no earlier life overlaps.
+func TestInitStartsEverySlotAtStart(t *testing.T) {
+	f := newFSM()
+	c := initCmd()
+	c.Start, c.Created = 12345, 99
+	r := applyAll(t, f, c, claimCmd("a", -1))
+	if fl := mustResult(t, r[1]).Floor; fl != 12345 {
+		t.Fatalf("first claim floor %d, want 12345", fl)
+	}
+	for i, sl := range f.state.Slots {
+		if sl.HighWater != 12345 {
+			t.Fatalf("slot %d starts at %d", i, sl.HighWater)
+		}
+	}
+	if f.state.ClusterID != "test-cluster" || f.state.Created != 99 {
+		t.Fatalf("cluster identity not recorded: %q %d", f.state.ClusterID, f.state.Created)
 	}
 }
 
@@ -98,7 +228,7 @@ func TestClaimBeforeInitAndLayoutMismatch(t *testing.T) {
 	c := claimCmd("a", -1)
 	c.Layout = &other
 	mustErr(t, applyAll(t, f, c)[0], ErrLayoutMismatch)
-	mustErr(t, applyAll(t, f, command{Type: cmdInit, Layout: &other})[0], ErrLayoutMismatch)
+	mustErr(t, applyAll(t, f, command{Type: cmdInit, Layout: &other, ClusterID: "x"})[0], ErrLayoutMismatch)
 }
 
 func TestReserveFencesNonOwner(t *testing.T) {
@@ -118,7 +248,7 @@ func TestHighWaterNeverDecreases(t *testing.T) {
 	f := newFSM()
 	res := applyAll(t, f, initCmd(), claimCmd("a", -1),
 		reserveCmd("a", 0, 100), reserveCmd("a", 0, 40),
-		command{Type: cmdRelease, NodeID: "a"},
+		releaseCmd("a"),
 		claimCmd("b", -1),
 		reserveCmd("b", 0, 90),
 		command{Type: cmdRemove, NodeID: "b"},
@@ -176,7 +306,7 @@ func (s *memSink) Close() error  { return nil }
 
 func TestSnapshotRestoreRoundTrip(t *testing.T) {
 	f := newFSM()
-	applyAll(t, f, initCmd(), claimCmd("a", -1), claimCmd("b", 1), reserveCmd("a", 0, 77), command{Type: cmdRelease, NodeID: "b"})
+	applyAll(t, f, initCmd(), claimCmd("a", -1), claimCmd("b", 1), reserveCmd("a", 0, 77), releaseCmd("b"))
 	snap, err := f.Snapshot()
 	if err != nil {
 		t.Fatal(err)
@@ -202,5 +332,22 @@ func TestReplayGivesSameState(t *testing.T) {
 	r1, r2 := applyAll(t, f, cmds...), applyAll(t, g, cmds...)
 	if !reflect.DeepEqual(f.state, g.state) || !reflect.DeepEqual(r1, r2) {
 		t.Fatal("replaying the same log gave a different state or results")
+	}
+}
+
+// TestRestoreRefusesBrokenSnapshots: a snapshot that breaks the state's
+// invariants is refused with an error instead of being loaded.
+func TestRestoreRefusesBrokenSnapshots(t *testing.T) {
+	for name, body := range map[string]string{
+		"not JSON":                    `{`,
+		"no cluster ID":               `{"layout":{"epoch":1777939200,"unit":1000000000,"timestamp_bits":28,"datacenter_bits":2,"machine_bits":1,"sequence_bits":11},"slots":[{},{},{},{},{},{},{},{}]}`,
+		"owner without tenure record": `{"cluster_id":"c","layout":{"epoch":1777939200,"unit":1000000000,"timestamp_bits":28,"datacenter_bits":2,"machine_bits":1,"sequence_bits":11},"slots":[{"owner":"a","tenure_id":2},{},{},{},{},{},{},{}]}`,
+		"slots without a layout":      `{"slots":[{}]}`,
+		"wrong number of slots":       `{"cluster_id":"c","layout":{"epoch":1777939200,"unit":1000000000,"timestamp_bits":28,"datacenter_bits":2,"machine_bits":1,"sequence_bits":11},"slots":[{}]}`,
+	} {
+		f := newFSM()
+		if err := f.Restore(io.NopCloser(strings.NewReader(body))); err == nil {
+			t.Errorf("%s: restored", name)
+		}
 	}
 }

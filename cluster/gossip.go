@@ -29,6 +29,10 @@ type meta struct {
 	SkewMS int64 `json:"s"`
 	// Leaving is set before a graceful leave, so others can tell left from dead.
 	Leaving bool `json:"l,omitempty"`
+	// ClusterID and Created identify the cluster the node belongs to, once
+	// known; a leader never adds a member of another cluster.
+	ClusterID string `json:"c,omitempty"`
+	Created   int64  `json:"ct,omitempty"`
 }
 
 // gossipMember is a member as the node last saw it, including dead ones,

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"sort"
 	"sync"
 	"time"
@@ -54,6 +56,7 @@ func (n *Node) monitorLeadership() {
 func (n *Node) leaderLoop(stop chan struct{}) {
 	n.logger.Info("gained leadership")
 	defer n.logger.Info("lost leadership")
+	defer n.leaderReady.Store(false)
 	n.leaderState = leaderState{absentSince: map[string]time.Time{}, nonvoterSince: map[string]time.Time{}}
 	for {
 		if err := n.rs.raft.Barrier(applyTimeout).Error(); err == nil {
@@ -67,6 +70,7 @@ func (n *Node) leaderLoop(stop chan struct{}) {
 		case <-time.After(time.Second):
 		}
 	}
+	n.leaderReady.Store(true)
 	if err := n.establish(); err != nil {
 		n.logger.Error("establish leadership", "err", err)
 	}
@@ -86,15 +90,26 @@ func (n *Node) leaderLoop(stop chan struct{}) {
 	}
 }
 
-// establish writes the Init entry of a new cluster.
+// establish writes the Init entry of a new cluster: a fresh random identity,
+// and every slot's highWater at this clock plus max-ahead, above anything an
+// earlier life of any node could have stamped (it could borrow at most
+// max-ahead past its own leader's clock).
 func (n *Node) establish() error {
 	var inited bool
 	n.fsm.view(func(s *state) { inited = s.Layout != nil })
 	if inited {
 		return nil
 	}
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return err
+	}
 	l := n.cfg.Layout
-	_, _, err := n.raftApply(context.Background(), command{Type: cmdInit, Layout: &l})
+	now := n.clock.Now()
+	_, _, err := n.raftApply(context.Background(), command{
+		Type: cmdInit, Layout: &l, ClusterID: hex.EncodeToString(b[:]), Created: now.UnixNano(),
+		Start: l.Units(now) + unitsCeil(n.cfg.MaxAhead, l.Unit),
+	})
 	return err
 }
 
@@ -195,6 +210,12 @@ func (n *Node) reconcile() {
 	for _, id := range ids {
 		m := members[id]
 		if m.State != "alive" || !m.Parsed || m.Meta.RaftAddr == "" || id == n.id {
+			continue
+		}
+		if !n.addable(m) {
+			if _, known := inRaft[id]; !known {
+				n.logger.Debug("not adding a member of another or an unnamed cluster", "id", id, "cluster", m.Meta.ClusterID)
+			}
 			continue
 		}
 		s, ok := inRaft[id]

@@ -170,8 +170,15 @@ type Node struct {
 	rs     *raftStore
 	gossip *gossip
 
-	gen        atomic.Pointer[generator.Generator]
-	claimIndex atomic.Uint64
+	gen atomic.Pointer[generator.Generator]
+	// tenure is the claim the generator belongs to; only the agent writes
+	// both, tenure before gen.
+	tenure      atomic.Uint64
+	leaderReady atomic.Bool // this node leads and has passed its Barrier
+
+	identity   atomic.Pointer[identity] // the cluster this node belongs to, once known
+	conflict   atomic.Pointer[string]   // set for good once an older cluster is met
+	conflicts  sync.Map                 // other clusters met: ID -> identity
 	reason     atomic.Pointer[string]
 	skew       atomic.Int64 // this node's clock minus the leader's, ns
 	leaderSeen atomic.Int64 // when a leader was last known, Unix ns
@@ -196,6 +203,10 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	known, err := readIdentity(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Name == "" {
 		cfg.Name = id[:8]
 	}
@@ -209,14 +220,20 @@ func Open(cfg Config) (*Node, error) {
 		shutdownCh: make(chan struct{}),
 	}
 	n.setReason("starting")
-	n.rs, err = openRaft(&n.cfg, id, n.fsm, logger)
+	local := meta{
+		Name: cfg.Name, GRPCAddr: cfg.GRPCAddr, RaftAddr: cfg.RaftAdvertise, HTTPAddr: cfg.HTTPAddr,
+		Version: cfg.Version, Expect: cfg.BootstrapExpect,
+	}
+	if known != nil {
+		n.identity.Store(known)
+		local.ClusterID, local.Created = known.ID, known.Created
+	}
+	n.rs, err = openRaft(&n.cfg, id, n.fsm, n.ownCluster, logger)
 	if err != nil {
 		return nil, err
 	}
-	n.gossip, err = openGossip(&n.cfg, id, meta{
-		Name: cfg.Name, GRPCAddr: cfg.GRPCAddr, RaftAddr: cfg.RaftAdvertise, HTTPAddr: cfg.HTTPAddr,
-		Version: cfg.Version, Member: n.rs.hadState, Expect: cfg.BootstrapExpect,
-	}, logger)
+	local.Member = n.rs.hadState
+	n.gossip, err = openGossip(&n.cfg, id, local, logger)
 	if err != nil {
 		n.rs.close()
 		return nil, err
@@ -291,6 +308,8 @@ func (n *Node) housekeeping() {
 			}
 		}
 		n.leaderKnown() // keeps leaderSeen fresh between readiness checks
+		n.trackIdentity()
+		n.checkConflict()
 		member := n.inRaftConfig(n.id)
 		skewMS := n.skew.Load() / int64(time.Millisecond)
 		n.gossip.updateMeta(func(m *meta) {
@@ -324,6 +343,9 @@ func (n *Node) Ready() (bool, string) {
 	if n.leaving.Load() {
 		return false, "leaving the cluster"
 	}
+	if err := n.Conflict(); err != nil {
+		return false, err.Error()
+	}
 	g := n.gen.Load()
 	if g == nil {
 		return false, *n.reason.Load()
@@ -355,8 +377,21 @@ func (n *Node) leaderKnown() bool {
 	return now-n.leaderSeen.Load() < int64(leaderGrace)
 }
 
+// Conflict is non-nil once this node met an older cluster: it then issues
+// nothing more, not even IDs it minted before (they may collide with the
+// older cluster's).
+func (n *Node) Conflict() error {
+	if c := n.conflict.Load(); c != nil {
+		return fmt.Errorf("%w: %s", ErrClusterConflict, *c)
+	}
+	return nil
+}
+
 // NextBatch mints n IDs from the node's slot.
 func (n *Node) NextBatch(ctx context.Context, count int) ([]int64, int, error) {
+	if err := n.Conflict(); err != nil {
+		return nil, -1, err
+	}
 	g := n.gen.Load()
 	if g == nil {
 		return nil, -1, fmt.Errorf("%w: %s", ErrNotReady, *n.reason.Load())
@@ -375,6 +410,12 @@ func (n *Node) Status() Status {
 	}
 	addr, id := n.rs.raft.LeaderWithID()
 	st.LeaderID, st.LeaderAddr = string(id), string(addr)
+	st.ClusterID = n.ownCluster()
+	n.conflicts.Range(func(k, _ any) bool {
+		st.ConflictingClusters = append(st.ConflictingClusters, k.(string))
+		return true
+	})
+	sort.Strings(st.ConflictingClusters)
 	if g := n.gen.Load(); g != nil {
 		st.Slot, st.Granted, st.Cursor, st.Floor, st.IDsIssued = g.Slot(), g.Granted(), g.Cursor(), g.Floor(), g.Issued()
 	}

@@ -53,6 +53,10 @@ func openDataDir(dir string, layout generator.Layout) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("node id: %w", err)
 	}
+	if !validNodeID(id) {
+		return "", fmt.Errorf("node id file %s holds %q, not 32 hex characters: the data dir is damaged; restore the file, or wipe the whole data dir to start as a new node",
+			filepath.Join(dir, nodeIDFile), truncate(string(id), 40))
+	}
 	stored, err := readOrCreate(filepath.Join(dir, layoutFile), func() ([]byte, error) {
 		return json.Marshal(layout)
 	})
@@ -84,23 +88,44 @@ func readOrCreate(path string, make func() ([]byte, error)) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return b, writeFileSync(path, b)
+}
+
+// writeFileSync replaces path with b atomically (temp file, fsync, rename).
+func writeFileSync(path string, b []byte) error {
 	tmp := path + ".tmp"
 	f, err := os.Create(tmp)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if _, err := f.Write(b); err != nil {
 		f.Close()
-		return nil, err
+		return err
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
-		return nil, err
+		return err
 	}
 	if err := f.Close(); err != nil {
-		return nil, err
+		return err
 	}
-	return b, os.Rename(tmp, path)
+	return os.Rename(tmp, path)
+}
+
+// validNodeID: node IDs are 16 random bytes in lower-case hex.
+func validNodeID(id []byte) bool {
+	if len(id) != 32 {
+		return false
+	}
+	_, err := hex.DecodeString(string(id))
+	return err == nil && strings.ToLower(string(id)) == string(id)
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
 }
 
 // raftStore bundles Raft with the stores it was opened on.
@@ -113,13 +138,13 @@ type raftStore struct {
 	hadState bool
 }
 
-func openRaft(cfg *Config, nodeID string, f *fsm, logger *slog.Logger) (*raftStore, error) {
+func openRaft(cfg *Config, nodeID string, f *fsm, cluster func() string, logger *slog.Logger) (*raftStore, error) {
 	hl := newHCLogger("raft", logger)
 	advertise, err := net.ResolveTCPAddr("tcp", cfg.RaftAdvertise)
 	if err != nil {
 		return nil, fmt.Errorf("raft advertise address %q: %w", cfg.RaftAdvertise, err)
 	}
-	transport, err := raftTransport(cfg, advertise, hl)
+	transport, err := raftTransport(cfg, advertise, cluster, hl, logger)
 	if err != nil {
 		return nil, fmt.Errorf("raft transport on %s: %w", cfg.RaftAddr, err)
 	}

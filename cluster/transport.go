@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"time"
@@ -68,16 +69,23 @@ func (s *tlsStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration)
 	return c, nil
 }
 
-// raftTransport is TCP, or TLS when the config has RaftTLS.
-func raftTransport(cfg *Config, advertise net.Addr, logger hclog.Logger) (*raft.NetworkTransport, error) {
+// raftTransport is TCP, or TLS when the config has RaftTLS; either way every
+// connection starts with the cluster greeting (raftstream.go).
+func raftTransport(cfg *Config, advertise net.Addr, cluster func() string, logger hclog.Logger, slogger *slog.Logger) (*raft.NetworkTransport, error) {
+	var (
+		stream raft.StreamLayer
+		err    error
+	)
 	if cfg.RaftTLS == nil {
-		return raft.NewTCPTransportWithLogger(cfg.RaftAddr, advertise, 3, 10*time.Second, logger)
+		stream, err = newTCPStreamLayer(cfg.RaftAddr, advertise)
+	} else {
+		stream, err = newTLSStreamLayer(cfg.RaftAddr, advertise, cfg.RaftTLS)
 	}
-	stream, err := newTLSStreamLayer(cfg.RaftAddr, advertise, cfg.RaftTLS)
 	if err != nil {
 		return nil, err
 	}
-	return raft.NewNetworkTransportWithLogger(stream, 3, 10*time.Second, logger), nil
+	greeted := &clusterStreamLayer{StreamLayer: stream, cluster: cluster, logger: slogger.With("component", "raft")}
+	return raft.NewNetworkTransportWithLogger(greeted, 3, 10*time.Second, logger), nil
 }
 
 // ParseGossipKeys decodes a comma-separated list of base64 keys. The first

@@ -50,6 +50,19 @@ func (b *Buffer) Take(ctx context.Context) ([]int64, error) {
 	}
 }
 
+// Drain discards every batch ready now and returns how many IDs it dropped.
+func (b *Buffer) Drain() int {
+	dropped := 0
+	for {
+		select {
+		case batch := <-b.ch:
+			dropped += len(batch)
+		default:
+			return dropped
+		}
+	}
+}
+
 // Len returns the number of batches ready now.
 func (b *Buffer) Len() int { return len(b.ch) }
 

@@ -197,3 +197,22 @@ func TestProducerStopsWithContextWhileBlockedOrBackingOff(t *testing.T) {
 		t.Fatal("Run did not return after cancel while blocked")
 	}
 }
+
+func TestBufferDrainDropsReadyBatches(t *testing.T) {
+	b, err := NewBuffer(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, batch := range [][]int64{{1, 2}, {3}} {
+		if err := b.Put(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := b.Drain(); n != 3 || b.Len() != 0 {
+		t.Fatalf("drained %d IDs, %d batches left; want 3 and 0", n, b.Len())
+	}
+	if n := b.Drain(); n != 0 {
+		t.Fatalf("second drain dropped %d", n)
+	}
+}

@@ -35,6 +35,8 @@ var errTable = []errMapping{
 	{cluster.ErrNotReady, codes.Unavailable, "NOT_READY"},
 	{cluster.ErrNoLeader, codes.Unavailable, "NO_LEADER"},
 	{cluster.ErrNotLeader, codes.Unavailable, "NOT_LEADER"},
+	{cluster.ErrLeaderNotReady, codes.Unavailable, "LEADER_NOT_READY"},
+	{cluster.ErrClusterConflict, codes.Unavailable, "CLUSTER_CONFLICT"},
 	{cluster.ErrShutdown, codes.Unavailable, "SHUTDOWN"},
 	{cluster.ErrClockSkew, codes.Unavailable, "CLOCK_SKEW"},
 	{cluster.ErrNotOwner, codes.Unavailable, "NOT_OWNER"},
@@ -47,6 +49,7 @@ var errTable = []errMapping{
 
 	// The cluster is in a state the caller has to change first.
 	{cluster.ErrClusterFull, codes.FailedPrecondition, "CLUSTER_FULL"},
+	{cluster.ErrBadCommand, codes.InvalidArgument, "BAD_COMMAND"},
 	{cluster.ErrLayoutMismatch, codes.FailedPrecondition, "LAYOUT_MISMATCH"},
 	{cluster.ErrFaultInjectionDisabled, codes.FailedPrecondition, "FAULT_INJECTION_DISABLED"},
 	{cluster.ErrRemoveSelf, codes.FailedPrecondition, "REMOVE_SELF"},

@@ -59,6 +59,14 @@ func (h *idService) GetIDBatch(ctx context.Context, req *idgenv1.GetIDBatchReque
 // readiness; but a node that is not ready does not make the caller wait for
 // new ones, it answers Unavailable so the client retries another node.
 func (s *Server) takeBuffered(ctx context.Context) ([]int64, int, error) {
+	// A node that met an older cluster hands out nothing it minted: its
+	// window may overlap the older cluster's.
+	if c, ok := s.backend.(interface{ Conflict() error }); ok {
+		if err := c.Conflict(); err != nil {
+			s.buf.Drain()
+			return nil, -1, err
+		}
+	}
 	if ok, reason := s.backend.Ready(); !ok {
 		notReady := fmt.Errorf("%w: %s", cluster.ErrNotReady, reason)
 		if s.buf.Len() == 0 {

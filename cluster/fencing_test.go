@@ -1,0 +1,208 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idgen/idgen/generator"
+)
+
+// pseudoNode speaks for a node the way its agent would (claims and reserves
+// forwarded to the leader), but lets the test decide when each forwarded
+// command arrives: the in-flight claim of TestDelayedClaimNeverExtendsAnOldGenerator.
+type pseudoNode struct {
+	id    string
+	tc    *testCluster
+	clock generator.Clock
+}
+
+func (p *pseudoNode) command(c command) []byte {
+	c.SentAt = p.clock.Now().UnixNano()
+	data, err := encodeCommand(c)
+	if err != nil {
+		panic(err)
+	}
+	return data
+}
+
+func (p *pseudoNode) claimData() []byte {
+	l := generator.DefaultLayout()
+	return p.command(command{Type: cmdClaim, Layout: &l, Node: &NodeInfo{ID: p.id, Name: "x", Datacenter: -1}})
+}
+
+// deliver hands the command to the current leader, as a forward would.
+func (p *pseudoNode) deliver(data []byte) (result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var leader *Node
+	waitFor(p.tc.t, 20*time.Second, "a leader", func() bool {
+		leader = p.tc.node(leaderOf(p.tc, "a", "b", "c"))
+		return leader != nil
+	})
+	out, err := leader.ApplyForwarded(ctx, data)
+	if err != nil {
+		return result{}, err
+	}
+	return decodeResult(out)
+}
+
+// TestDelayedClaimNeverExtendsAnOldGenerator: X's first claim is held in
+// flight (its caller gave up), X claims again and runs generator gB, X is
+// removed, Y takes the slot, issues and is removed, and only then X's first
+// claim commits. gB's next reserve must be refused: with the node ID as the
+// fence it was granted above Y's window and gB stamped inside it.
+func TestDelayedClaimNeverExtendsAnOldGenerator(t *testing.T) {
+	// The held claim arrives late, but within max-skew.
+	tc := startThree(t, func(c *Config) { c.MaxSkew = time.Minute })
+	a := tc.node("a")
+	x := &pseudoNode{id: "0123456789abcdef0123456789abcdef", tc: tc, clock: generator.SystemClock()}
+	layout := generator.DefaultLayout()
+
+	claim1 := x.claimData() // in flight, delayed
+	r2, err := x.deliver(x.claimData())
+	if err != nil {
+		t.Fatalf("claim 2: %v", err)
+	}
+	gB, err := generator.New(layout, r2.Slot, r2.Floor, x.clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reserveB := func() (result, error) {
+		upTo := gB.Head() + unitsCeil(DefaultLead, layout.Unit)
+		return x.deliver(x.command(command{Type: cmdReserve, NodeID: x.id, Slot: gB.Slot(), Tenure: r2.Tenure, UpTo: upTo}))
+	}
+	waitFor(t, 10*time.Second, "a grant for gB", func() bool {
+		r, err := reserveB()
+		if err == nil {
+			gB.Grant(r.Granted)
+		}
+		return gB.Granted() > gB.Head()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ids, err := gB.NextBatch(ctx, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xIssuer := issuer{"x", x.id}
+	tc.record(xIssuer, ids)
+
+	remove := func(id string) {
+		var err error
+		waitFor(t, 20*time.Second, "removal of "+id, func() bool {
+			_, _, err = a.Remove(context.Background(), id)
+			return err == nil
+		})
+	}
+	remove(x.id)
+	tc.add("y", 1, "a")
+	y := tc.start("y")
+	waitFor(t, 30*time.Second, "y to hold x's old slot", func() bool { return y.Status().Slot == r2.Slot })
+	waitReady(t, y)
+	for i := 0; i < 3; i++ {
+		tc.issue(y, 2048)
+	}
+	tc.stop("y")
+	remove(y.ID())
+
+	r1, err := x.deliver(claim1)
+	if err != nil {
+		t.Fatalf("delayed claim 1: %v", err)
+	}
+	if r1.Slot != r2.Slot || r1.Tenure == r2.Tenure {
+		t.Fatalf("delayed claim got slot %d tenure %d; want slot %d under a new tenure", r1.Slot, r1.Tenure, r2.Slot)
+	}
+	if r, err := reserveB(); !errors.Is(err, ErrNotOwner) {
+		t.Errorf("gB's reserve after the delayed claim: got %v, want %v", err, ErrNotOwner)
+		if err == nil {
+			gB.Grant(r.Granted) // as the agent would: the drain below then meets Y's IDs
+		}
+	}
+	// Whatever gB can still stamp lies in its own old window: no duplicate
+	// with Y, and every ID inside a tenure of its issuer.
+	for {
+		short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		ids, err := gB.NextBatch(short, 500)
+		cancel()
+		if err != nil {
+			break
+		}
+		tc.record(xIssuer, ids)
+	}
+	tc.checkContainment()
+}
+
+// TestWipedSeedNeverJoinsItsOldCluster: a seed started alone, that others
+// joined, is wiped and restarted with the same command. It forms a new
+// cluster of its own; the old cluster must never add it, and it must stop
+// issuing with a reason that names the other cluster (it is the younger).
+func TestWipedSeedNeverJoinsItsOldCluster(t *testing.T) {
+	tc := newTestCluster(t)
+	tc.add("a", 1)
+	tc.add("b", 1, "a")
+	tc.add("c", 1, "a")
+	for _, name := range []string{"a", "b", "c"} {
+		tc.start(name)
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		waitReady(t, tc.node(name))
+		tc.issue(tc.node(name), 500)
+	}
+	b := tc.node("b")
+	oldCluster := b.Status().ClusterID
+	if oldCluster == "" || tc.node("a").Status().ClusterID != oldCluster {
+		t.Fatalf("cluster IDs: a %q, b %q", tc.node("a").Status().ClusterID, oldCluster)
+	}
+	waitFor(t, 20*time.Second, "b and c to be voters", func() bool {
+		members, _ := tc.node("a").Members()
+		voters := 0
+		for _, m := range members {
+			if m.RaftRole == "voter" || m.RaftRole == "leader" {
+				voters++
+			}
+		}
+		return voters == 3
+	})
+	oldID := tc.node("a").ID()
+	tc.stop("a")
+	tc.specs["a"].cfg.DataDir = t.TempDir() // wiped
+	wiped := tc.start("a")
+	if wiped.ID() == oldID {
+		t.Fatal("a wiped data dir kept its node ID")
+	}
+	waitFor(t, 30*time.Second, "the wiped seed to report the conflict", func() bool {
+		_, reason := wiped.Ready()
+		return contains(reason, oldCluster) && contains(reason, "cluster conflict")
+	})
+	if _, _, err := wiped.NextBatch(context.Background(), 1); !errors.Is(err, ErrClusterConflict) {
+		t.Fatalf("the younger cluster's node still issues: %v", err)
+	}
+	newCluster := wiped.Status().ClusterID
+	if newCluster == "" || newCluster == oldCluster {
+		t.Fatalf("wiped seed's cluster %q, old %q", newCluster, oldCluster)
+	}
+	// The older side keeps serving, reports the conflict, and never adds the impostor.
+	waitFor(t, 20*time.Second, "the old cluster to report the conflict", func() bool {
+		cs := b.Status().ConflictingClusters
+		return len(cs) == 1 && cs[0] == newCluster
+	})
+	deadline := time.Now().Add(3 * time.Second) // several reconcile sweeps
+	for time.Now().Before(deadline) {
+		for _, name := range []string{"b", "c"} {
+			if tc.node(name).inRaftConfig(wiped.ID()) {
+				t.Fatalf("the old cluster added the wiped seed %s to Raft", wiped.ID())
+			}
+		}
+		if wiped.inRaftConfig(b.ID()) || wiped.inRaftConfig(tc.node("c").ID()) {
+			t.Fatal("the wiped seed added members of the old cluster to its Raft")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	tc.issue(b, 100)
+	tc.issue(tc.node("c"), 100)
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }

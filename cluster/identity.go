@@ -1,0 +1,140 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// clusterFile holds the identity of the cluster this data dir belongs to,
+// written once the node has applied its cluster's Init entry. It is read at
+// start, before the log has been replayed, so gossip carries the identity
+// from the first moment.
+const clusterFile = "cluster.json"
+
+// identity is a cluster's identity: a random ID and the bootstrapping
+// leader's clock when the cluster was made.
+type identity struct {
+	ID      string `json:"id"`
+	Created int64  `json:"created"` // Unix ns
+}
+
+// olderThan orders clusters by age; the ID breaks ties.
+func (i identity) olderThan(o identity) bool {
+	if i.Created != o.Created {
+		return i.Created < o.Created
+	}
+	return i.ID < o.ID
+}
+
+func (i identity) String() string {
+	return fmt.Sprintf("%s (bootstrapped %s)", i.ID, time.Unix(0, i.Created).UTC().Format(time.RFC3339))
+}
+
+func readIdentity(dir string) (*identity, error) {
+	b, err := os.ReadFile(filepath.Join(dir, clusterFile))
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var id identity
+	if err := json.Unmarshal(b, &id); err != nil || id.ID == "" {
+		return nil, fmt.Errorf("cluster identity file %s is corrupt (%v); restore it, or wipe the whole data dir to start as a new node",
+			filepath.Join(dir, clusterFile), err)
+	}
+	return &id, nil
+}
+
+func writeIdentity(dir string, id identity) error {
+	b, err := json.Marshal(id)
+	if err != nil {
+		return err
+	}
+	return writeFileSync(filepath.Join(dir, clusterFile), b)
+}
+
+// trackIdentity records the cluster identity once the replicated state has
+// it: persisted in the data dir and carried in gossip metadata.
+func (n *Node) trackIdentity() {
+	var fromState identity
+	n.fsm.view(func(s *state) { fromState = identity{ID: s.ClusterID, Created: s.Created} })
+	if fromState.ID == "" {
+		return
+	}
+	if cur := n.identity.Load(); cur != nil && *cur == fromState {
+		return
+	} else if cur != nil {
+		n.logger.Error("the replicated state names another cluster than the data dir; following the state",
+			"data_dir_cluster", cur.String(), "state_cluster", fromState.String())
+	}
+	if err := writeIdentity(n.cfg.DataDir, fromState); err != nil {
+		n.logger.Error("persist cluster identity", "err", err)
+		return
+	}
+	n.identity.Store(&fromState)
+	n.gossip.updateMeta(func(m *meta) { m.ClusterID, m.Created = fromState.ID, fromState.Created })
+	n.logger.Info("cluster identity", "cluster", fromState.String())
+}
+
+// checkConflict looks for gossip members of another cluster. Two clusters
+// would hand out the same slots, so when this node's cluster is the younger
+// one it stops issuing for good (until restarted), and says what to do; the
+// older side logs the conflict and keeps serving. Either side exports it.
+func (n *Node) checkConflict() {
+	own := n.identity.Load()
+	if own == nil {
+		return
+	}
+	for _, m := range n.gossip.snapshot() {
+		if m.State != "alive" || !m.Parsed || m.Meta.ClusterID == "" || m.Meta.ClusterID == own.ID {
+			continue
+		}
+		other := identity{ID: m.Meta.ClusterID, Created: m.Meta.Created}
+		if _, seen := n.conflicts.LoadOrStore(other.ID, other); !seen {
+			n.logger.Error("met a member of another cluster", "own_cluster", own.String(), "other_cluster", other.String(),
+				"member", m.Meta.Name, "gossip_addr", m.Addr, "own_is_younger", !own.olderThan(other))
+		}
+		if own.olderThan(other) || n.conflict.Load() != nil {
+			continue
+		}
+		// The agent sees the reason, revokes the generator and claims no more.
+		reason := fmt.Sprintf("this node belongs to cluster %s, but gossip reached node %s (%s) of the older cluster %s. "+
+			"Two clusters would issue the same slots, so this node stopped issuing. Its data dir was probably wiped, or it was "+
+			"bootstrapped apart: stop it, wipe its data dir and start it again with --join to the older cluster's nodes; or keep "+
+			"the two deployments on separate gossip networks",
+			own, m.Meta.Name, m.Addr, other)
+		n.conflict.Store(&reason)
+		n.logger.Error("stopping issuing: " + n.Conflict().Error())
+	}
+}
+
+// ownCluster is the cluster ID this node belongs to, "" while it is unknown.
+// The replicated state is read too, so a new leader knows its cluster from
+// the moment its Init entry is applied.
+func (n *Node) ownCluster() string {
+	if id := n.identity.Load(); id != nil {
+		return id.ID
+	}
+	var own string
+	n.fsm.view(func(s *state) { own = s.ClusterID })
+	return own
+}
+
+// addable reports whether the leader may add a gossip member to Raft: a
+// member of this cluster, or a fresh node that belongs to no cluster yet.
+// A member of another cluster, or one that has state but does not (yet)
+// say which cluster it is in, is never added: its log would mix two
+// clusters' slots.
+func (n *Node) addable(m gossipMember) bool {
+	if !m.Parsed {
+		return false
+	}
+	if m.Meta.ClusterID == "" {
+		return !m.Meta.Member
+	}
+	return m.Meta.ClusterID == n.ownCluster()
+}
