@@ -93,7 +93,7 @@ func openGossip(cfg *Config, nodeID string, local meta, logger *slog.Logger) (*g
 	if err := secureGossip(mc, cfg); err != nil {
 		return nil, err
 	}
-	mc.Logger = log.New(&slogWriter{logger: g.logger}, "", 0)
+	mc.Logger = log.New(&slogWriter{logger: logger.With("component", "memberlist")}, "", 0)
 	list, err := memberlist.Create(mc)
 	if err != nil {
 		return nil, fmt.Errorf("start gossip on %s: %w", cfg.GossipAddr, err)

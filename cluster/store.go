@@ -2,20 +2,17 @@ package cluster
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
@@ -204,34 +201,3 @@ func (s *raftStore) close() error {
 	}
 	return err
 }
-
-// newHCLogger routes a hashicorp library's hclog output into slog.
-func newHCLogger(name string, logger *slog.Logger) hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{
-		Name:   name,
-		Level:  hclog.Info,
-		Output: &slogWriter{logger: logger.With("component", name)},
-	})
-}
-
-// slogWriter turns hclog and std log lines ("... [WARN]  raft: msg: k=v") into slog records.
-type slogWriter struct{ logger *slog.Logger }
-
-func (w *slogWriter) Write(p []byte) (int, error) {
-	line := strings.TrimSpace(string(p))
-	level := slog.LevelInfo
-	for tag, l := range map[string]slog.Level{"[ERROR]": slog.LevelError, "[ERR]": slog.LevelError, "[WARN]": slog.LevelWarn, "[DEBUG]": slog.LevelDebug, "[TRACE]": slog.LevelDebug} {
-		if i := strings.Index(line, tag); i >= 0 {
-			level = l
-			line = strings.TrimSpace(line[i+len(tag):])
-			break
-		}
-	}
-	if i := strings.Index(line, "[INFO]"); i >= 0 {
-		line = strings.TrimSpace(line[i+len("[INFO]"):])
-	}
-	w.logger.Log(context.Background(), level, line)
-	return len(p), nil
-}
-
-var _ io.Writer = (*slogWriter)(nil)
