@@ -12,6 +12,7 @@ import (
 
 	"github.com/idgen/idgen/generator"
 	"github.com/idgen/idgen/rpc"
+	"github.com/idgen/idgen/rpc/rpctest"
 )
 
 func threeNodes(t *testing.T) ([]*node, string) {
@@ -108,7 +109,7 @@ func TestCallsSucceedWhenANodeStops(t *testing.T) {
 func TestCallsSucceedWhenANodeIsNotReady(t *testing.T) {
 	nodes, target := threeNodes(t)
 	c := dial(t, target)
-	nodes[2].fake.setReady(false, "no slot")
+	nodes[2].fake.SetReady(false, "no slot")
 	for i := 0; i < 200; i++ {
 		ids, err := c.GetIDBatch(context.Background(), 4)
 		if err != nil {
@@ -160,39 +161,22 @@ func TestFailingNodeIsEjected(t *testing.T) {
 	c := dial(t, target)
 	waitAllServing(t, c)
 	// Healthy by its health check, but every call fails with Internal.
-	nodes[0].fake.setFail(errors.New("disk on fire"))
+	nodes[0].fake.SetFail(errors.New("disk on fire"))
 	ejectedWithin(t, c, func(err error) bool { return status.Code(err) == codes.Internal })
-}
-
-// otherSlotLast ends every batch with an ID of the next slot, as a node
-// serving another node's IDs would.
-func otherSlotLast(ids []int64) []int64 {
-	l := generator.DefaultLayout()
-	p, _ := l.Decompose(ids[len(ids)-1])
-	ids[len(ids)-1], _ = l.Compose(p.Timestamp, (p.Slot+1)%l.Slots(), p.Sequence)
-	return ids
-}
-
-// repeatFirst repeats a batch's first ID in every place.
-func repeatFirst(ids []int64) []int64 {
-	for i := range ids {
-		ids[i] = ids[0]
-	}
-	return ids
 }
 
 // A node whose calls succeed but whose batches are malformed counts toward
 // ejection like a failed call.
 func TestMalformedBatchNodeIsEjected(t *testing.T) {
 	for name, tamper := range map[string]func([]int64) []int64{
-		"another slot's ID": otherSlotLast,
-		"a repeated ID":     repeatFirst,
+		"another slot's ID": rpctest.OtherSlotLast,
+		"a repeated ID":     rpctest.RepeatFirst,
 	} {
 		t.Run(name, func(t *testing.T) {
 			nodes, target := threeNodes(t)
 			c := dial(t, target)
 			waitAllServing(t, c)
-			nodes[0].fake.setTamper(tamper)
+			nodes[0].fake.SetTamper(tamper)
 			ejectedWithin(t, c, func(err error) bool { return errors.Is(err, ErrBadBatch) })
 		})
 	}
@@ -206,14 +190,15 @@ func TestGetIDBatchRefusesCountOverProtocolLimit(t *testing.T) {
 	if _, err := c.GetIDBatch(context.Background(), 1<<32+5); err == nil {
 		t.Fatal("count 2^32+5 accepted")
 	}
-	if got := n.fake.mintCount(5); got != 0 {
+	if got := n.fake.MintCount(5); got != 0 {
 		t.Fatalf("the node minted %d batches of 5 for a count of 2^32+5", got)
 	}
 }
 
 func TestCallTimeout(t *testing.T) {
-	n := startNode(t, 1, rpc.ServerConfig{BatchSize: 10})
-	n.fake.setReady(false, "paused")
+	// Not ready from the start: a node serves batches it buffered while
+	// ready even after it stops being ready, which this test is not about.
+	n := startNodeReady(t, 1, rpc.ServerConfig{BatchSize: 10}, false, "paused")
 	c := dial(t, n.addr, WithCallTimeout(300*time.Millisecond))
 	start := time.Now()
 	_, err := c.GetIDBatch(context.Background(), 0)
@@ -245,7 +230,7 @@ func TestPoolConcurrentUniqueAndPrefetched(t *testing.T) {
 	// mint their own 50-ID default batches too; those are not the pool's.)
 	mints := 0
 	for _, n := range nodes {
-		mints += n.fake.mintCount(100)
+		mints += n.fake.MintCount(100)
 	}
 	if max := workers*each/100 + 3 + 2; mints > max {
 		t.Fatalf("%d fetches for %d IDs, want at most %d", mints, workers*each, max)
@@ -310,7 +295,7 @@ func TestPoolSurfacesFetchError(t *testing.T) {
 	}
 
 	// The producer keeps retrying: the caller gets IDs once the node is ready.
-	n.fake.setReady(true, "")
+	n.fake.SetReady(true, "")
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel2()
 	if _, err := p.NextID(ctx2); err != nil {

@@ -104,14 +104,14 @@ func startWaiters(p *Pool, n int, d time.Duration) <-chan error {
 // taken, and the eleventh caller gets the deadline with the fetch error.
 func TestPoolWaitersShareOneBatch(t *testing.T) {
 	n := startNodeReady(t, 1, rpc.ServerConfig{BatchSize: 50}, false, "starting")
-	n.fake.limit(10, 1)
+	n.fake.Limit(10, 1)
 	p := newPool(t, n.addr, PoolOptions{BatchSize: 10, Lookahead: 1}, WithCallTimeout(200*time.Millisecond))
 	// Both callers block on the empty pool while fetches fail. Their own
 	// deadline is far off: a caller that returns at it has waited with IDs
 	// in the pool.
 	errs := startWaiters(p, 2, 20*time.Second)
 	waitFor(t, "a failed fetch", func() bool { return p.fetchErr() != nil })
-	n.fake.setReady(true, "")
+	n.fake.SetReady(true, "")
 	for i := range 2 {
 		select {
 		case err := <-errs:
@@ -144,7 +144,7 @@ func TestPoolManyWaitersOneFetch(t *testing.T) {
 	const waiters = 10
 	errs := startWaiters(p, waiters, 5*time.Second)
 	waitFor(t, "a failed fetch", func() bool { return p.fetchErr() != nil })
-	n.fake.setReady(true, "")
+	n.fake.SetReady(true, "")
 	for i := range waiters {
 		if err := <-errs; err != nil {
 			t.Fatalf("waiter %d: %v", i, err)
@@ -152,7 +152,7 @@ func TestPoolManyWaitersOneFetch(t *testing.T) {
 	}
 	// One batch for the ten waiters, at most one more for the lookahead and
 	// one in flight.
-	if got := n.fake.mintCount(10); got > 3 {
+	if got := n.fake.MintCount(10); got > 3 {
 		t.Fatalf("%d fetches of 10 for %d waiters, want at most 3", got, waiters)
 	}
 }

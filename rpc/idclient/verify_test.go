@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idgen/idgen/cluster"
 	"github.com/idgen/idgen/generator"
 	"github.com/idgen/idgen/rpc"
+	"github.com/idgen/idgen/rpc/rpctest"
 )
 
 func compose(t *testing.T, ts int64, slot int, seq int64) int64 {
@@ -180,51 +180,10 @@ func TestParseLayoutRoundTrip(t *testing.T) {
 	}
 }
 
-// clusterView is what every node of a planted cluster answers to History
-// and Members.
-type clusterView struct {
-	tenures []cluster.Tenure
-	members []cluster.MemberInfo
-}
-
-// member adds a node named name (ID "id-"+name) holding slot over
-// (floor, granted], claimed at index claimed.
-func (v *clusterView) member(name string, slot int, floor, granted int64, claimed uint64) *clusterView {
-	v.members = append(v.members, cluster.MemberInfo{ID: "id-" + name, Name: name, Slot: slot})
-	v.tenures = append(v.tenures, cluster.Tenure{Slot: slot, NodeID: "id-" + name, Floor: floor, Granted: granted, ClaimedIndex: claimed})
-	return v
-}
-
-// plantedNode is a fakeNode that answers History, Members and Status with a
-// planted cluster view.
-type plantedNode struct {
-	*fakeNode
-	id, name string
-	view     *clusterView
-}
-
-func (p plantedNode) History(context.Context) ([]cluster.Tenure, error) { return p.view.tenures, nil }
-func (p plantedNode) Members() ([]cluster.MemberInfo, string)           { return p.view.members, "" }
-func (p plantedNode) Status() cluster.Status {
-	st := p.fakeNode.Status()
-	st.ID, st.Name = p.id, p.name
-	return st
-}
-
-// startPlanted serves node name of view on slot; its first ID has timestamp
-// firstTS.
-func startPlanted(t *testing.T, view *clusterView, name string, slot int, firstTS int64) (*fakeNode, string) {
-	t.Helper()
-	l := generator.DefaultLayout()
-	f := &fakeNode{slot: slot, layout: l, ready: true, counter: (firstTS - 1) * l.SequencePerUnit()}
-	_, addr := serve(t, rpc.ServerConfig{Backend: plantedNode{f, "id-" + name, name, view}, NodeName: name, BatchSize: 40})
-	return f, addr
-}
-
 func TestVerifyCleanRun(t *testing.T) {
-	view := (&clusterView{}).member("a", 2, 0, 1<<20, 1).member("b", 5, 0, 1<<20, 2)
-	_, a := startPlanted(t, view, "a", 2, 1)
-	_, b := startPlanted(t, view, "b", 5, 1)
+	view := (&rpctest.View{}).Member("a", 2, 0, 1<<20, 1).Member("b", 5, 0, 1<<20, 2)
+	_, a := rpctest.Planted(t, view, "a", 2, 1)
+	_, b := rpctest.Planted(t, view, "b", 5, 1)
 	target := a + "," + b
 	r, err := Verify(context.Background(), target, VerifyOptions{
 		LoadOptions: LoadOptions{Duration: 500 * time.Millisecond, Rate: 4000, Counts: []int{50}},
@@ -265,9 +224,9 @@ func TestVerifyCleanRun(t *testing.T) {
 // Two nodes minting from the same slot with the same counter: the IDs
 // collide, as they would from a generator started below its floor.
 func TestVerifyCatchesTwoOwnersOfOneSlot(t *testing.T) {
-	view := (&clusterView{}).member("a", 6, 0, 1<<20, 1).member("b", 6, 0, 1<<20, 2)
-	_, a := startPlanted(t, view, "a", 6, 1)
-	_, b := startPlanted(t, view, "b", 6, 1)
+	view := (&rpctest.View{}).Member("a", 6, 0, 1<<20, 1).Member("b", 6, 0, 1<<20, 2)
+	_, a := rpctest.Planted(t, view, "a", 6, 1)
+	_, b := rpctest.Planted(t, view, "b", 6, 1)
 	target := a + "," + b
 	r, err := Verify(context.Background(), target, VerifyOptions{
 		LoadOptions: LoadOptions{Duration: 400 * time.Millisecond, Rate: 5000, Counts: []int{100}},
@@ -284,10 +243,10 @@ func TestVerifyCatchesTwoOwnersOfOneSlot(t *testing.T) {
 // every such batch, and verify must fail the run on them, not count them as
 // failed calls of an otherwise clean run.
 func TestVerifyFailsOnBadBatches(t *testing.T) {
-	view := (&clusterView{}).member("a", 1, 0, 1<<20, 1).member("b", 2, 0, 1<<20, 2)
-	_, a := startPlanted(t, view, "a", 1, 1)
-	fb, b := startPlanted(t, view, "b", 2, 1)
-	fb.setTamper(otherSlotLast)
+	view := (&rpctest.View{}).Member("a", 1, 0, 1<<20, 1).Member("b", 2, 0, 1<<20, 2)
+	_, a := rpctest.Planted(t, view, "a", 1, 1)
+	fb, b := rpctest.Planted(t, view, "b", 2, 1)
+	fb.SetTamper(rpctest.OtherSlotLast)
 	r, err := Verify(context.Background(), a+","+b, VerifyOptions{
 		LoadOptions: LoadOptions{Duration: 500 * time.Millisecond, Rate: 4000, Counts: []int{50}},
 	})
@@ -305,10 +264,10 @@ func TestVerifyFailsOnBadBatches(t *testing.T) {
 // An old owner stamping into the next owner's window, with no ID drawn
 // twice: every ID lies in some window of its slot, but a's lie in b's.
 func TestVerifyChecksContainmentPerOwner(t *testing.T) {
-	view := (&clusterView{}).member("a", 3, 0, 100, 1).member("b", 3, 100, 1<<20, 2)
-	view.tenures[0].ReleasedIndex = 2
-	_, a := startPlanted(t, view, "a", 3, 301) // a's window ended at 100
-	_, b := startPlanted(t, view, "b", 3, 102)
+	view := (&rpctest.View{}).Member("a", 3, 0, 100, 1).Member("b", 3, 100, 1<<20, 2)
+	view.Tenures[0].ReleasedIndex = 2
+	_, a := rpctest.Planted(t, view, "a", 3, 301) // a's window ended at 100
+	_, b := rpctest.Planted(t, view, "b", 3, 102)
 	r, err := Verify(context.Background(), a+","+b, VerifyOptions{
 		LoadOptions: LoadOptions{Duration: 500 * time.Millisecond, Rate: 4000, Counts: []int{50}},
 	})
@@ -331,12 +290,11 @@ func TestVerifyChecksContainmentPerOwner(t *testing.T) {
 // Two nodes whose Raft logs disagree on the floor of one tenure have
 // diverged; the run fails and says so, rather than keeping one view.
 func TestVerifyFailsOnDisagreeingTenureViews(t *testing.T) {
-	view := (&clusterView{}).member("a", 1, 0, 1<<20, 1).member("b", 2, 0, 1<<20, 2)
-	other := &clusterView{members: view.members, tenures: slices.Clone(view.tenures)}
-	other.tenures[1].Floor = 5
-	_, a := startPlanted(t, view, "a", 1, 10)
-	fb := &fakeNode{slot: 2, layout: generator.DefaultLayout(), ready: true, counter: 9 * 2048}
-	_, b := serve(t, rpc.ServerConfig{Backend: plantedNode{fb, "id-b", "b", other}, NodeName: "b", BatchSize: 40})
+	view := (&rpctest.View{}).Member("a", 1, 0, 1<<20, 1).Member("b", 2, 0, 1<<20, 2)
+	other := &rpctest.View{Members: view.Members, Tenures: slices.Clone(view.Tenures)}
+	other.Tenures[1].Floor = 5
+	_, a := rpctest.Planted(t, view, "a", 1, 10)
+	_, b := rpctest.Planted(t, other, "b", 2, 10)
 	r, err := Verify(context.Background(), a+","+b, VerifyOptions{
 		LoadOptions: LoadOptions{Duration: 300 * time.Millisecond, Rate: 2000, Counts: []int{50}},
 	})
@@ -352,8 +310,8 @@ func TestVerifyFailsOnDisagreeingTenureViews(t *testing.T) {
 // buffer (40 IDs here): verify draws that path and paces by what the
 // batches really hold, not by its first guess of 1000.
 func TestVerifyDrawsBufferedBatches(t *testing.T) {
-	view := (&clusterView{}).member("a", 4, 0, 1<<20, 1)
-	_, a := startPlanted(t, view, "a", 4, 1)
+	view := (&rpctest.View{}).Member("a", 4, 0, 1<<20, 1)
+	_, a := rpctest.Planted(t, view, "a", 4, 1)
 	r, err := Verify(context.Background(), a, VerifyOptions{
 		LoadOptions: LoadOptions{Duration: 500 * time.Millisecond, Rate: 2000, Counts: []int{0}},
 	})
@@ -368,7 +326,7 @@ func TestVerifyDrawsBufferedBatches(t *testing.T) {
 
 func TestRunLoadCountsFailedCallsAndGap(t *testing.T) {
 	n := startNode(t, 1, rpc.ServerConfig{})
-	n.fake.setFail(errors.New("boom"))
+	n.fake.SetFail(errors.New("boom"))
 	c := dial(t, n.addr)
 	checker := NewChecker()
 	st, err := RunLoad(context.Background(), c, checker, LoadOptions{
