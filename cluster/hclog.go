@@ -60,17 +60,26 @@ func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
 }
 
 // hclogArgs turns hclog's argument conventions into slog's: an odd
-// trailing value gets hclog's own key, and hclog.Format values are printed.
+// trailing value gets hclog's own key, and hclog.Format values and
+// Stringers are printed.
 func hclogArgs(args []any) []any {
 	if len(args)%2 == 1 {
 		args = append(args[:len(args):len(args)], nil)
 		args[len(args)-1], args[len(args)-2] = args[len(args)-2], hclog.MissingKey
 	}
 	for i := 1; i < len(args); i += 2 {
-		if f, ok := args[i].(hclog.Format); ok && len(f) > 0 {
-			if s, ok := f[0].(string); ok {
-				args[i] = fmt.Sprintf(s, f[1:]...)
+		switch v := args[i].(type) {
+		case hclog.Format:
+			if len(v) > 0 {
+				if s, ok := v[0].(string); ok {
+					args[i] = fmt.Sprintf(s, v[1:]...)
+				}
 			}
+		case error:
+		case fmt.Stringer:
+			// Raft passes itself ("Node at 127.0.0.1:7001 [Follower]"),
+			// which JSON would print as {}.
+			args[i] = v.String()
 		}
 	}
 	return args

@@ -1,14 +1,12 @@
 package rpc
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"time"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/status"
 
 	"github.com/idgen/idgen/generator"
 )
@@ -22,7 +20,10 @@ var raftStates = []string{"follower", "candidate", "leader", "shutdown"}
 type metrics struct {
 	idsIssued     prometheus.Counter
 	batchesServed *prometheus.CounterVec
-	rpcDuration   *prometheus.HistogramVec
+	// grpc is go-grpc-middleware's standard server metrics
+	// (grpc_server_handled_total, grpc_server_handling_seconds, ...): the
+	// names every gRPC dashboard and alert already knows.
+	grpc *grpcprom.ServerMetrics
 }
 
 func newMetrics(reg prometheus.Registerer, backend Backend, buf *generator.Buffer) (*metrics, error) {
@@ -35,11 +36,9 @@ func newMetrics(reg prometheus.Registerer, backend Backend, buf *generator.Buffe
 			Namespace: metricsNamespace, Name: "batches_served_total",
 			Help: "GetIDBatch calls answered with IDs, by source (buffer or direct).",
 		}, []string{"source"}),
-		rpcDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: metricsNamespace, Name: "rpc_duration_seconds",
-			Help:    "Unary gRPC call latency by method and status code.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
-		}, []string{"method", "code"}),
+		grpc: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
+			grpcprom.WithHistogramBuckets([]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}),
+		)),
 	}
 	bufferDepth := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: metricsNamespace, Name: "buffer_depth",
@@ -49,21 +48,12 @@ func newMetrics(reg prometheus.Registerer, backend Backend, buf *generator.Buffe
 		Namespace: metricsNamespace, Name: "buffer_capacity",
 		Help: "Batches the prefetch buffer holds when full.",
 	}, func() float64 { return float64(buf.Cap()) })
-	for _, c := range []prometheus.Collector{m.idsIssued, m.batchesServed, m.rpcDuration, bufferDepth, bufferCap, newStatusCollector(backend)} {
+	for _, c := range []prometheus.Collector{m.idsIssued, m.batchesServed, m.grpc, bufferDepth, bufferCap, newStatusCollector(backend)} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("rpc: register metrics: %w", err)
 		}
 	}
 	return m, nil
-}
-
-func (m *metrics) unaryInterceptor() grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		start := time.Now()
-		resp, err := handler(ctx, req)
-		m.rpcDuration.WithLabelValues(info.FullMethod, status.Code(err).String()).Observe(time.Since(start).Seconds())
-		return resp, err
-	}
 }
 
 // statusCollector reads Backend.Status and Ready once per scrape, so the
@@ -76,6 +66,7 @@ type statusCollector struct {
 	raftState      *prometheus.Desc
 	layoutLeft     *prometheus.Desc
 	idsIssuedTotal *prometheus.Desc
+	conflict       *prometheus.Desc
 }
 
 func newStatusCollector(b Backend) *statusCollector {
@@ -90,11 +81,12 @@ func newStatusCollector(b Backend) *statusCollector {
 		raftState:      d("raft_state", "1 for the node's current Raft state.", "state"),
 		layoutLeft:     d("layout_seconds_remaining", "Seconds until the layout's timestamp field runs out."),
 		idsIssuedTotal: d("node_ids_minted_total", "IDs minted by this node's generator since start, as the node reports."),
+		conflict:       d("cluster_conflict", "Other clusters (by cluster ID) this node met through gossip; above 0 two clusters share a network and a name."),
 	}
 }
 
 func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.ready, c.slot, c.grantedLead, c.raftState, c.layoutLeft, c.idsIssuedTotal} {
+	for _, d := range []*prometheus.Desc{c.ready, c.slot, c.grantedLead, c.raftState, c.layoutLeft, c.idsIssuedTotal, c.conflict} {
 		ch <- d
 	}
 }
@@ -106,6 +98,7 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, boolFloat(ok))
 	ch <- prometheus.MustNewConstMetric(c.slot, prometheus.GaugeValue, float64(st.Slot))
 	ch <- prometheus.MustNewConstMetric(c.idsIssuedTotal, prometheus.CounterValue, float64(st.IDsIssued))
+	ch <- prometheus.MustNewConstMetric(c.conflict, prometheus.GaugeValue, float64(len(st.ConflictingClusters)))
 
 	current := strings.ToLower(st.RaftState)
 	known := false

@@ -166,8 +166,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 
-	unary := []grpc.UnaryServerInterceptor{recoveryUnary(s.log), s.metrics.unaryInterceptor()}
-	stream := []grpc.StreamServerInterceptor{recoveryStream(s.log)}
+	unary := []grpc.UnaryServerInterceptor{recoveryUnary(s.log), s.metrics.grpc.UnaryServerInterceptor()}
+	stream := []grpc.StreamServerInterceptor{recoveryStream(s.log), s.metrics.grpc.StreamServerInterceptor()}
 	var opts []grpc.ServerOption
 	if c.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(c.TLS)))
@@ -195,6 +195,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	idgenv1.RegisterPeerServiceServer(s.grpc, &peerService{s: s})
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
+	// Every method's series exist at 0 from the start, so rate() and the
+	// error-ratio alert see a method before its first call.
+	s.metrics.grpc.InitializeMetrics(s.grpc)
 
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.updateReadiness()

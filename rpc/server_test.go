@@ -409,7 +409,9 @@ func TestAdminHandler(t *testing.T) {
 		t.Fatalf("/metrics = %d", code)
 	}
 	for _, name := range []string{
-		"idgen_ids_issued_total 10", "idgen_batches_served_total", "idgen_rpc_duration_seconds_bucket",
+		"idgen_ids_issued_total 10", "idgen_batches_served_total", "idgen_cluster_conflict 0",
+		`grpc_server_handled_total{grpc_code="OK",grpc_method="GetIDBatch",grpc_service="idgen.v1.IDService",grpc_type="unary"} 1`,
+		`grpc_server_handling_seconds_bucket{grpc_method="GetIDBatch"`, `grpc_server_handled_total{grpc_code="OK",grpc_method="Join"`,
 		"idgen_buffer_depth", "idgen_granted_lead_seconds", `idgen_raft_state{state="leader"} 1`,
 		`idgen_raft_state{state="follower"} 0`, "idgen_layout_seconds_remaining", "idgen_ready 0",
 	} {

@@ -18,14 +18,10 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/idgen/idgen/cluster"
 	"github.com/idgen/idgen/generator"
@@ -124,6 +120,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 	}
 
+	// Before the node opens, so Raft's first metrics are not lost.
+	reg, err := newRegistry()
+	if err != nil {
+		return err
+	}
 	forwarder := rpc.NewPeerForwarder(sec.peerDial...)
 	defer forwarder.Close()
 	node, err := cluster.Open(cluster.Config{
@@ -152,7 +153,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		GossipLabel:          gossipLabel(cfg.ClusterName),
 		Forwarder:            forwarder,
 		Logger:               log,
-		Version:              version(),
+		Version:              rpc.ReadBuildInfo().Version,
 	})
 	if err != nil {
 		return fmt.Errorf("open node: %w", err)
@@ -160,8 +161,6 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// Close is idempotent; after a Leave the node is already closed.
 	defer node.Close()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := rpc.NewServer(rpc.ServerConfig{
 		Backend:     node,
 		NodeName:    node.Name(),
@@ -235,12 +234,4 @@ func probePort(network, addr string) error {
 		return err
 	}
 	return l.Close()
-}
-
-// version is the module version the binary was built from, or "dev".
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
 }

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	armonmetrics "github.com/armon/go-metrics"
+	armonprom "github.com/armon/go-metrics/prometheus"
+	hcmetrics "github.com/hashicorp/go-metrics"
+	hcprom "github.com/hashicorp/go-metrics/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/idgen/idgen/rpc"
+)
+
+// libraryMetricsExpiry: a Raft or gossip series not updated for this long
+// leaves /metrics (a follower's leader-only timers, a departed peer's
+// gauges), as in Consul.
+const libraryMetricsExpiry = 2 * time.Minute
+
+// newRegistry returns the node's registry with the process, Go runtime,
+// build and library (Raft, memberlist, bolt) metrics in it.
+func newRegistry() (*prometheus.Registry, error) {
+	reg := prometheus.NewRegistry()
+	bi := rpc.ReadBuildInfo()
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "idgen_build_info",
+		Help:        "Always 1; the labels name the build this node runs.",
+		ConstLabels: prometheus.Labels{"version": bi.Version, "revision": bi.Revision, "go_version": bi.GoVersion},
+	})
+	buildInfo.Set(1)
+	for _, c := range []prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildInfo,
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	if err := routeLibraryMetrics(reg); err != nil {
+		return nil, err
+	}
+	return reg, nil
+}
+
+// routeLibraryMetrics points go-metrics, through which Raft, memberlist and
+// raft-boltdb report (commit and apply times, leader contact, probe times,
+// health score), at reg. go-metrics is process-global, which is why this
+// lives here and not in the cluster package. The libraries reach it through
+// hashicorp/go-metrics/compat, which is armon/go-metrics unless built with
+// -tags hashicorpmetrics; both are routed so neither build loses them.
+func routeLibraryMetrics(reg prometheus.Registerer) error {
+	as, err := armonprom.NewPrometheusSinkFrom(armonprom.PrometheusOpts{
+		Registerer: reg, Expiration: libraryMetricsExpiry, Name: "idgen_armon_metrics_sink",
+	})
+	if err != nil {
+		return fmt.Errorf("raft metrics: %w", err)
+	}
+	acfg := armonmetrics.DefaultConfig("")
+	acfg.EnableHostname, acfg.EnableRuntimeMetrics, acfg.EnableServiceLabel = false, false, false
+	if _, err := armonmetrics.NewGlobal(acfg, as); err != nil {
+		return fmt.Errorf("raft metrics: %w", err)
+	}
+
+	hs, err := hcprom.NewPrometheusSinkFrom(hcprom.PrometheusOpts{
+		Registerer: reg, Expiration: libraryMetricsExpiry, Name: "idgen_hashicorp_metrics_sink",
+	})
+	if err != nil {
+		return fmt.Errorf("raft metrics: %w", err)
+	}
+	hcfg := hcmetrics.DefaultConfig("")
+	hcfg.EnableHostname, hcfg.EnableRuntimeMetrics, hcfg.EnableServiceLabel = false, false, false
+	if _, err := hcmetrics.NewGlobal(hcfg, hs); err != nil {
+		return fmt.Errorf("raft metrics: %w", err)
+	}
+	return nil
+}
