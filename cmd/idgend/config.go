@@ -63,10 +63,25 @@ type Config struct {
 	ShutdownTimeout      time.Duration
 	LogFormat            string
 	LogLevel             slog.Level
+
+	// ShowVersion (--version) prints the build and exits.
+	ShowVersion bool
+	// CheckOnly (--check) validates flags, environment and the TLS and
+	// gossip key files, prints the resolved settings and exits.
+	CheckOnly bool
+	// settings is every flag's resolved value, for --check.
+	settings []string
 }
 
 // errUsage marks configuration errors: the process exits 2 for them.
 var errUsage = errors.New("usage")
+
+// oneShot flags make idgend do something else than serve; the environment
+// never sets them, or a stray IDGEN_CHECK would keep every node from starting.
+var oneShot = map[string]bool{"version": true, "check": true}
+
+// secretFlags are not printed by --check.
+var secretFlags = map[string]bool{"gossip-key": true}
 
 // maxBufferDepth bounds the prefetch buffer: memory stays bounded (SPEC.md).
 const maxBufferDepth = 1024
@@ -110,6 +125,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 5*time.Second, "bounded wait for in-flight calls on SIGINT/SIGTERM")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.BoolVar(&c.ShowVersion, "version", false, "print the version, VCS revision and Go version, then exit")
+	fs.BoolVar(&c.CheckOnly, "check", false, "validate flags, environment, TLS files and gossip key, print the resolved settings, then exit (0 when valid)")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: idgend [flags]\n\nEvery flag can also be set in the environment as IDGEN_<FLAG>, dashes as\nunderscores (IDGEN_DATA_DIR=/var/lib/idgen); a flag on the command line wins.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -120,7 +137,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.VisitAll(func(f *flag.Flag) {
 		key := envKey(f.Name)
 		v := getenv(key)
-		if v == "" || envErr != nil {
+		if v == "" || envErr != nil || oneShot[f.Name] {
 			return
 		}
 		if err := fs.Set(f.Name, v); err != nil {
@@ -139,6 +156,23 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("%w: unexpected arguments %q (idgend takes flags only)", errUsage, fs.Args())
 	}
+	if c.ShowVersion {
+		return c, nil
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		if oneShot[f.Name] {
+			return
+		}
+		v := f.Value.String()
+		if secretFlags[f.Name] && v != "" {
+			v = "(set, not shown)"
+		}
+		from := "default"
+		if v != f.DefValue {
+			from = "set"
+		}
+		c.settings = append(c.settings, fmt.Sprintf("--%s=%s\t(%s)", f.Name, v, from))
+	})
 	for _, a := range strings.Split(join, ",") {
 		if a = strings.TrimSpace(a); a != "" {
 			c.Join = append(c.Join, a)

@@ -37,13 +37,13 @@ const (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], osEnv, os.Stderr)
+	code := run(ctx, os.Args[1:], osEnv, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
 // run is the whole program; ctx ends on SIGINT/SIGTERM.
-func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	cfg, err := parseConfig(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
@@ -53,7 +53,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		fmt.Fprintln(stderr, "run idgend -h for the flags")
 		return exitUsage
 	}
+	if cfg.ShowVersion {
+		fmt.Fprintf(stdout, "idgend %s\n", rpc.ReadBuildInfo())
+		return exitOK
+	}
 	log := newLogger(cfg, stderr)
+	if cfg.CheckOnly {
+		return check(cfg, log, stdout, stderr)
+	}
 	if err := serve(ctx, cfg, log); err != nil {
 		log.Error("idgend stopped with an error", "err", err)
 		fmt.Fprintf(stderr, "idgend: %v\n", err)
@@ -218,6 +225,22 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	log.Info("idgend stopped")
 	return runErr
+}
+
+// check is --check: the configuration is valid and the certificate and
+// key files load. Nothing is bound or written; the advertise host is not
+// resolved, since its name may exist only where the node will run.
+func check(cfg Config, log *slog.Logger, stdout, stderr io.Writer) int {
+	if _, err := loadSecurity(cfg, log); err != nil {
+		fmt.Fprintf(stderr, "idgend: %v\n", err)
+		return exitFailure
+	}
+	fmt.Fprintf(stdout, "idgend %s\n", rpc.ReadBuildInfo())
+	for _, s := range cfg.settings {
+		fmt.Fprintln(stdout, s)
+	}
+	fmt.Fprintln(stdout, "configuration ok")
+	return exitOK
 }
 
 // probePort checks that addr can be bound on network, then frees it.
