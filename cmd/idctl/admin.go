@@ -19,10 +19,14 @@ import (
 	"github.com/idgen/idgen/rpc/idclient"
 )
 
-// adminTarget is where admin commands go: the first address of a list, or a
-// scheme target (dns:///…) as is, where gRPC picks one address.
+// adminTarget is where admin commands go: the first address of a list (or
+// of an idgen:/// target's seeds), or a scheme target (dns:///…) as is,
+// where gRPC picks one address.
 func adminTarget(target string) string {
 	target = strings.TrimSpace(target)
+	if seeds, ok := strings.CutPrefix(target, idclient.FollowPrefix); ok {
+		target = seeds
+	}
 	if strings.Contains(target, "://") {
 		return target
 	}
@@ -35,7 +39,7 @@ func adminTarget(target string) string {
 func adminClient(g globals) (idgenv1.ClusterServiceClient, func(), error) {
 	t := adminTarget(g.target)
 	if t == "" || (!strings.Contains(t, "://") && !strings.Contains(t, ":")) {
-		return nil, nil, usagef("--target %q: want host:port[,host:port...] or dns:///name:port", g.target)
+		return nil, nil, usagef("--target %q: want host:port[,host:port...], idgen:///seed:port[,...] or dns:///name:port", g.target)
 	}
 	creds, err := idclient.TransportCredentials(g.clientOptions()...)
 	if err != nil {

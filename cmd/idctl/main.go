@@ -4,7 +4,7 @@
 //
 // Global flags, accepted before or after the command:
 //
-//	--target host:port[,host:port...] | dns:///name:port   (env IDGEN_TARGET, default localhost:50051)
+//	--target host:port[,host:port...] | idgen:///seed:port[,...] | dns:///name:port   (env IDGEN_TARGET, default localhost:50051)
 //	--timeout D    bound for each call (default 10s)
 //	--json         JSON for scripts instead of tables
 //	--tls-cert F --tls-key F --tls-ca F   mutual TLS (env IDGEN_TLS_CERT, _KEY, _CA)
@@ -151,7 +151,7 @@ func run(ctx context.Context, args []string, e env) int {
 		return exitUsage
 	}
 	if strings.TrimSpace(g.target) == "" {
-		fmt.Fprintln(e.stderr, "idctl: --target is empty; want host:port[,host:port...] or dns:///name:port")
+		fmt.Fprintln(e.stderr, "idctl: --target is empty; want host:port[,host:port...], idgen:///seed:port[,...] or dns:///name:port")
 		return exitUsage
 	}
 	if err := g.tls.Check(); err != nil {
@@ -182,7 +182,7 @@ func addGlobals(fs *flag.FlagSet, g *globals, e env) {
 	if v := strings.TrimSpace(e.getenv("IDGEN_TARGET")); v != "" {
 		target = v
 	}
-	fs.StringVar(&g.target, "target", target, "host:port[,host:port...] or dns:///name:port (env IDGEN_TARGET); admin commands use the first address")
+	fs.StringVar(&g.target, "target", target, "host:port[,host:port...], idgen:///seed:port[,...] or dns:///name:port (env IDGEN_TARGET); admin commands use the first address")
 	fs.DurationVar(&g.timeout, "timeout", 10*time.Second, "bound for each call")
 	fs.BoolVar(&g.json, "json", false, "print JSON instead of tables")
 	g.tls = tlsFromEnv(e)
@@ -191,7 +191,7 @@ func addGlobals(fs *flag.FlagSet, g *globals, e env) {
 
 // addGlobalsKeep registers the globals with their current values as defaults.
 func addGlobalsKeep(fs *flag.FlagSet, g *globals) {
-	fs.StringVar(&g.target, "target", g.target, "host:port[,host:port...] or dns:///name:port (env IDGEN_TARGET); admin commands use the first address")
+	fs.StringVar(&g.target, "target", g.target, "host:port[,host:port...], idgen:///seed:port[,...] or dns:///name:port (env IDGEN_TARGET); admin commands use the first address")
 	fs.DurationVar(&g.timeout, "timeout", g.timeout, "bound for each call")
 	fs.BoolVar(&g.json, "json", g.json, "print JSON instead of tables")
 	addTLSFlags(fs, &g.tls)

@@ -98,6 +98,7 @@ func TestAdminTargetIsFirstAddress(t *testing.T) {
 		"a:1,b:2":              "a:1",
 		" a:1 ":                "a:1",
 		"dns:///idgen.lan:123": "dns:///idgen.lan:123",
+		"idgen:///s1:1,s2:2":   "s1:1",
 	} {
 		if got := adminTarget(in); got != want {
 			t.Errorf("adminTarget(%q) = %q, want %q", in, got, want)

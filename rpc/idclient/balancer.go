@@ -91,6 +91,9 @@ func (e *ejector) done(addr string, err error) {
 	if st == nil {
 		return // forgotten since the pick
 	}
+	if status.Code(err) == codes.Canceled {
+		return // the caller gave up (or a hedged attempt was not needed): nothing about the node
+	}
 	if err == nil || !countsAgainstNode(err) {
 		st.failures = 0
 		return
@@ -190,7 +193,7 @@ func (p *ejectingPicker) Pick(info balancer.PickInfo) (balancer.PickResult, erro
 					return
 				}
 			}
-			p.ej.done(addr, di.Err)
+			p.ej.done(addr, attemptResult(info.Ctx, di.Err))
 		},
 	}, nil
 }

@@ -7,6 +7,12 @@
 //
 //	host1:50051,host2:50051,host3:50051   a fixed list of nodes
 //	dns:///idgen.internal:50051           every address DNS returns
+//	idgen:///seed1:50051,seed2:50051      every member the cluster lists
+//
+// An idgen:/// target asks any reachable seed or known node for
+// ClusterService.Members every WithRefreshInterval and whenever a connection
+// fails, so nodes that join are used and removed ones dropped without a
+// restart; when nothing answers it keeps the last list.
 //
 // Any other target with a scheme ("passthrough:///…", "unix://…") is passed to
 // gRPC unchanged.
@@ -22,10 +28,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	_ "google.golang.org/grpc/health" // client health checking; without it healthCheckConfig is silently ignored
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 
 	"github.com/idgen/idgen/generator"
 	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
@@ -64,15 +72,30 @@ const serviceConfig = `{
 type Option func(*options)
 
 type options struct {
-	callTimeout time.Duration
-	dialOpts    []grpc.DialOption
-	tlsFiles    tlsconf.Files
-	tlsConfig   *tls.Config
+	callTimeout   time.Duration
+	hedgeDelay    time.Duration
+	hedgeAttempts int
+	follow        time.Duration
+	dialOpts      []grpc.DialOption
+	tlsFiles      tlsconf.Files
+	tlsConfig     *tls.Config
 }
 
 // WithCallTimeout sets the bound for one GetIDBatch call (default
 // DefaultCallTimeout). A caller's earlier deadline still wins.
 func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
+
+// WithHedge sets how long a GetIDBatch attempt may go unanswered before
+// another attempt starts on the next node, and how many attempts one call
+// makes at most (defaults DefaultHedgeDelay and DefaultHedgeAttempts;
+// attempts 1 turns hedging off).
+func WithHedge(delay time.Duration, attempts int) Option {
+	return func(o *options) { o.hedgeDelay, o.hedgeAttempts = delay, attempts }
+}
+
+// WithRefreshInterval sets how often an idgen:/// target asks the cluster
+// for its members (default DefaultRefreshInterval, at least 1 s).
+func WithRefreshInterval(d time.Duration) Option { return func(o *options) { o.follow = d } }
 
 // WithTLS dials with mutual TLS: the client shows the certificate in
 // certFile (key in keyFile) and trusts servers whose certificate chains to the
@@ -120,20 +143,30 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 
 // Client calls IDService on a set of idgen nodes. It is safe for concurrent use.
 type Client struct {
-	conn        *grpc.ClientConn
-	ids         idgenv1.IDServiceClient
-	callTimeout time.Duration
+	conn          *grpc.ClientConn
+	ids           idgenv1.IDServiceClient
+	callTimeout   time.Duration
+	hedgeDelay    time.Duration
+	hedgeAttempts int
 }
 
 // Dial prepares a client for target (see the package doc for the forms). Like
 // grpc.NewClient it does not wait for a connection; the first call does.
 func Dial(target string, opts ...Option) (*Client, error) {
-	o := options{callTimeout: DefaultCallTimeout}
+	o := options{callTimeout: DefaultCallTimeout, hedgeDelay: DefaultHedgeDelay, hedgeAttempts: DefaultHedgeAttempts,
+		follow: DefaultRefreshInterval}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if o.callTimeout <= 0 {
 		return nil, fmt.Errorf("idclient: call timeout %s must be positive", o.callTimeout)
+	}
+	if o.hedgeDelay <= 0 || o.hedgeAttempts < 1 || o.hedgeAttempts > maxHedgeAttempts {
+		return nil, fmt.Errorf("%w: hedge delay %s must be positive and attempts %d in 1..%d",
+			ErrBadOption, o.hedgeDelay, o.hedgeAttempts, maxHedgeAttempts)
+	}
+	if o.follow < minRefreshGap {
+		return nil, fmt.Errorf("%w: refresh interval %s is under %s", ErrBadOption, o.follow, minRefreshGap)
 	}
 	target = strings.TrimSpace(target)
 	if target == "" {
@@ -151,7 +184,7 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	}
 	dialOpts := append([]grpc.DialOption{
 		creds,
-		grpc.WithResolvers(listBuilder{}),
+		grpc.WithResolvers(listBuilder{}, followBuilder{interval: o.follow}),
 		grpc.WithDefaultServiceConfig(serviceConfig),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time:                20 * time.Second, // servers permit pings every 10 s
@@ -163,7 +196,8 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idclient: dial %q: %w", target, err)
 	}
-	return &Client{conn: conn, ids: idgenv1.NewIDServiceClient(conn), callTimeout: o.callTimeout}, nil
+	return &Client{conn: conn, ids: idgenv1.NewIDServiceClient(conn), callTimeout: o.callTimeout,
+		hedgeDelay: o.hedgeDelay, hedgeAttempts: o.hedgeAttempts}, nil
 }
 
 // Batch is one GetIDBatch answer: the IDs, the slot they were minted in and
@@ -196,6 +230,23 @@ func (c *Client) FetchBatch(ctx context.Context, count int) (Batch, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.callTimeout)
 	defer cancel()
+	return hedge(ctx, c.hedgeAttempts, c.hedgeDelay, tryAnotherNode,
+		func(ctx context.Context) (Batch, error) { return c.fetchOnce(ctx, count) })
+}
+
+// tryAnotherNode: the codes that say a node cannot serve now, where another
+// node may. A broken node (Internal) or a malformed batch is returned to the
+// caller, as evidence, and counted toward ejection.
+func tryAnotherNode(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.ResourceExhausted, codes.DeadlineExceeded:
+		return true
+	}
+	return false
+}
+
+// fetchOnce is one attempt of FetchBatch.
+func (c *Client) fetchOnce(ctx context.Context, count int) (Batch, error) {
 	// The balancer counts this call's success only once the batch is checked.
 	ctx, verdict := withOutcome(ctx)
 	resp, err := c.ids.GetIDBatch(ctx, &idgenv1.GetIDBatchRequest{Count: uint32(count)})
@@ -215,6 +266,20 @@ var (
 	ErrBadBatch = errors.New("idclient: node answered with a malformed batch")
 	// ErrBadCount: a count below 0 or over what the protocol carries.
 	ErrBadCount = errors.New("idclient: count out of range")
+	// ErrBadOption: a Dial option out of range.
+	ErrBadOption = errors.New("idclient: invalid option")
+	// ErrNoMembers: a node answered Members with no member that has a gRPC
+	// address (an idgen:/// target keeps its last list).
+	ErrNoMembers = errors.New("idclient: no members with a gRPC address")
+
+	// errAttemptTooSlow is the cancel cause of a hedged attempt still
+	// unanswered after the hedge delay when another attempt answered; the
+	// balancer counts it against the node like DEADLINE_EXCEEDED, so a node
+	// that never answers is ejected instead of costing every call a hedge
+	// delay. errAttemptNotNeeded cancels an attempt another one made
+	// unnecessary; it says nothing about the node.
+	errAttemptTooSlow   = errors.New("idclient: attempt unanswered past the hedge delay")
+	errAttemptNotNeeded = errors.New("idclient: another attempt answered first")
 )
 
 // checkBatch guards against a node that answers wrongly: a batch is used only

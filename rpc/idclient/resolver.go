@@ -24,6 +24,14 @@ func (listBuilder) Build(target resolver.Target, cc resolver.ClientConn, _ resol
 	if err != nil {
 		return nil, err
 	}
+	if err := cc.UpdateState(listState(addrs)); err != nil {
+		return nil, fmt.Errorf("idclient: resolve %q: %w", target.Endpoint(), err)
+	}
+	return listResolver{}, nil
+}
+
+// listState is one endpoint per address.
+func listState(addrs []string) resolver.State {
 	state := resolver.State{Endpoints: make([]resolver.Endpoint, 0, len(addrs))}
 	for _, a := range addrs {
 		// Each address is its own TLS server name: the list as a whole is
@@ -33,10 +41,7 @@ func (listBuilder) Build(target resolver.Target, cc resolver.ClientConn, _ resol
 		state.Endpoints = append(state.Endpoints, resolver.Endpoint{Addresses: []resolver.Address{addr}})
 		state.Addresses = append(state.Addresses, addr)
 	}
-	if err := cc.UpdateState(state); err != nil {
-		return nil, fmt.Errorf("idclient: resolve %q: %w", target.Endpoint(), err)
-	}
-	return listResolver{}, nil
+	return state
 }
 
 func parseList(list string) ([]string, error) {

@@ -527,7 +527,8 @@ func RunLoad(ctx context.Context, client *Client, checker *Checker, opts LoadOpt
 }
 
 // TargetAddrs lists the node addresses of a target: each entry of
-// "host:port,host:port", or every address DNS returns for "dns:///name:port".
+// "host:port,host:port", the seeds of "idgen:///seed:port,…", or every
+// address DNS returns for "dns:///name:port".
 func TargetAddrs(ctx context.Context, target string) ([]string, error) {
 	target = strings.TrimSpace(target)
 	if rest, ok := strings.CutPrefix(target, "dns:///"); ok {
@@ -545,8 +546,11 @@ func TargetAddrs(ctx context.Context, target string) ([]string, error) {
 		}
 		return out, nil
 	}
+	if seeds, ok := strings.CutPrefix(target, FollowPrefix); ok {
+		return parseList(seeds) // every node holds the whole Raft log
+	}
 	if strings.Contains(target, "://") {
-		return nil, fmt.Errorf("idclient: cannot list the addresses of target %q; use host:port,… or dns:///name:port", target)
+		return nil, fmt.Errorf("idclient: cannot list the addresses of target %q; use host:port,…, idgen:///seed:port,… or dns:///name:port", target)
 	}
 	return parseList(target)
 }
