@@ -67,6 +67,9 @@ type statusCollector struct {
 	layoutLeft     *prometheus.Desc
 	idsIssuedTotal *prometheus.Desc
 	conflict       *prometheus.Desc
+	clockSkew      *prometheus.Desc
+	slotsFree      *prometheus.Desc
+	standbys       *prometheus.Desc
 }
 
 func newStatusCollector(b Backend) *statusCollector {
@@ -82,11 +85,14 @@ func newStatusCollector(b Backend) *statusCollector {
 		layoutLeft:     d("layout_seconds_remaining", "Seconds until the layout's timestamp field runs out."),
 		idsIssuedTotal: d("node_ids_minted_total", "IDs minted by this node's generator since start, as the node reports."),
 		conflict:       d("cluster_conflict", "Other clusters (by cluster ID) this node met through gossip; above 0 two clusters share a network and a name."),
+		clockSkew:      d("clock_skew_seconds", "This node's clock minus the leader's, as the node last measured it."),
+		slotsFree:      d("cluster_slots_free", "Slots no member holds, in this node's view of the cluster."),
+		standbys:       d("cluster_standbys", "Live members that hold no slot and wait for one, in this node's view."),
 	}
 }
 
 func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.ready, c.slot, c.grantedLead, c.raftState, c.layoutLeft, c.idsIssuedTotal, c.conflict} {
+	for _, d := range []*prometheus.Desc{c.ready, c.slot, c.grantedLead, c.raftState, c.layoutLeft, c.idsIssuedTotal, c.conflict, c.clockSkew, c.slotsFree, c.standbys} {
 		ch <- d
 	}
 }
@@ -113,6 +119,21 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	if st.Layout.Validate() != nil {
 		return // no cluster layout yet
 	}
+	members, _ := c.backend.Members()
+	held, standbys := 0, 0
+	for _, m := range members {
+		if m.ID == st.ID {
+			ch <- prometheus.MustNewConstMetric(c.clockSkew, prometheus.GaugeValue, m.ClockSkew.Seconds())
+		}
+		switch {
+		case m.Slot >= 0:
+			held++
+		case m.GossipState == "alive":
+			standbys++
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(c.slotsFree, prometheus.GaugeValue, float64(st.Layout.Slots()-held))
+	ch <- prometheus.MustNewConstMetric(c.standbys, prometheus.GaugeValue, float64(standbys))
 	ch <- prometheus.MustNewConstMetric(c.layoutLeft, prometheus.GaugeValue, st.Layout.ExhaustedAt().Sub(now).Seconds())
 	lead := 0.0
 	if st.Slot >= 0 {

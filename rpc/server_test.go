@@ -410,6 +410,7 @@ func TestAdminHandler(t *testing.T) {
 	}
 	for _, name := range []string{
 		"idgen_ids_issued_total 10", "idgen_batches_served_total", "idgen_cluster_conflict 0",
+		"idgen_cluster_slots_free 7", "idgen_cluster_standbys 0", "idgen_clock_skew_seconds 0",
 		`grpc_server_handled_total{grpc_code="OK",grpc_method="GetIDBatch",grpc_service="idgen.v1.IDService",grpc_type="unary"} 1`,
 		`grpc_server_handling_seconds_bucket{grpc_method="GetIDBatch"`, `grpc_server_handled_total{grpc_code="OK",grpc_method="Join"`,
 		"idgen_buffer_depth", "idgen_granted_lead_seconds", `idgen_raft_state{state="leader"} 1`,

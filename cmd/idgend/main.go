@@ -128,7 +128,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 
 	// Before the node opens, so Raft's first metrics are not lost.
-	reg, err := newRegistry()
+	reg, err := newRegistry(cfg.MaxSkew)
 	if err != nil {
 		return err
 	}

@@ -20,8 +20,9 @@ import (
 const libraryMetricsExpiry = 2 * time.Minute
 
 // newRegistry returns the node's registry with the process, Go runtime,
-// build and library (Raft, memberlist, bolt) metrics in it.
-func newRegistry() (*prometheus.Registry, error) {
+// build and library (Raft, memberlist, bolt) metrics in it, and the clock
+// skew limit the alerts compare idgen_clock_skew_seconds with.
+func newRegistry(maxSkew time.Duration) (*prometheus.Registry, error) {
 	reg := prometheus.NewRegistry()
 	bi := rpc.ReadBuildInfo()
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
@@ -30,10 +31,16 @@ func newRegistry() (*prometheus.Registry, error) {
 		ConstLabels: prometheus.Labels{"version": bi.Version, "revision": bi.Revision, "go_version": bi.GoVersion},
 	})
 	buildInfo.Set(1)
+	skewLimit := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "idgen_clock_skew_limit_seconds",
+		Help: "--max-skew: a node whose clock is further from the leader's is refused a window.",
+	})
+	skewLimit.Set(maxSkew.Seconds())
 	for _, c := range []prometheus.Collector{
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildInfo,
+		skewLimit,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)

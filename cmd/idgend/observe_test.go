@@ -33,6 +33,7 @@ func TestMetricsAndLogs(t *testing.T) {
 		"memberlist_gossip", "memberlist_probeNode",
 		`grpc_server_handled_total{grpc_code="OK",grpc_method="GetIDBatch",grpc_service="idgen.v1.IDService",grpc_type="unary"}`,
 		"grpc_server_handling_seconds_bucket", `idgen_build_info{go_version="go`, "idgen_cluster_conflict 0",
+		"idgen_clock_skew_limit_seconds 5", "idgen_cluster_slots_free 6", "idgen_clock_skew_seconds",
 	}
 	var missing []string
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
