@@ -160,6 +160,7 @@ func (n *Node) reserve(g *generator.Generator) {
 	switch {
 	case err == nil:
 		g.Grant(r.Granted)
+		n.lastGrant.Store(time.Now().UnixNano())
 		if r.LeaderTime != 0 {
 			n.skew.Store(int64(sent.Sub(time.Unix(0, r.LeaderTime))))
 		}

@@ -175,6 +175,7 @@ type Node struct {
 	// both, tenure before gen.
 	tenure      atomic.Uint64
 	leaderReady atomic.Bool // this node leads and has passed its Barrier
+	lastGrant   atomic.Int64 // when the leader last answered a reserve, Unix ns
 
 	identity   atomic.Pointer[identity] // the cluster this node belongs to, once known
 	conflict   atomic.Pointer[string]   // set for good once an older cluster is met
@@ -356,11 +357,19 @@ func (n *Node) Ready() (bool, string) {
 	if !n.leaderKnown() {
 		return false, "no raft leader known"
 	}
-	if g.Granted() <= g.Head() {
+	// A window used up while the leader keeps answering is a node at the
+	// layout's rate (a burst, or a new cluster's first seconds): room comes
+	// within a unit and callers wait for it. Only a node whose reserves go
+	// unanswered is taken out of its clients' balancers.
+	if g.Granted() <= g.Head() && time.Since(time.Unix(0, n.lastGrant.Load())) > grantGrace {
 		return false, fmt.Sprintf("no room to issue: granted window ends at %d, issuing at %d; waiting for the leader", g.Granted(), g.Head())
 	}
 	return true, ""
 }
+
+// grantGrace is how long after the leader last answered a reserve a node with
+// a used-up window still counts as ready.
+const grantGrace = time.Second
 
 // leaderGrace is how long a node still counts a leader as known after losing
 // sight of it: an election takes about a second, and the granted window, not

@@ -50,21 +50,23 @@ func (h *clusterService) Status(ctx context.Context, _ *idgenv1.StatusRequest) (
 
 func statusToProto(st cluster.Status) *idgenv1.StatusResponse {
 	return &idgenv1.StatusResponse{
-		Id:               st.ID,
-		Name:             st.Name,
-		Slot:             int32(st.Slot),
-		Ready:            st.Ready,
-		Reason:           st.Reason,
-		RaftState:        st.RaftState,
-		LeaderId:         st.LeaderID,
-		LeaderAddr:       st.LeaderAddr,
-		Granted:          st.Granted,
-		Cursor:           st.Cursor,
-		Floor:            st.Floor,
-		IdsIssued:        st.IDsIssued,
-		Layout:           st.Layout.String(),
-		RaftAppliedIndex: st.AppliedIndex,
-		RaftLastIndex:    st.LastIndex,
+		Id:                  st.ID,
+		Name:                st.Name,
+		Slot:                int32(st.Slot),
+		Ready:               st.Ready,
+		Reason:              st.Reason,
+		RaftState:           st.RaftState,
+		LeaderId:            st.LeaderID,
+		LeaderAddr:          st.LeaderAddr,
+		Granted:             st.Granted,
+		Cursor:              st.Cursor,
+		Floor:               st.Floor,
+		IdsIssued:           st.IDsIssued,
+		Layout:              st.Layout.String(),
+		RaftAppliedIndex:    st.AppliedIndex,
+		RaftLastIndex:       st.LastIndex,
+		ClusterId:           st.ClusterID,
+		ConflictingClusters: st.ConflictingClusters,
 	}
 }
 

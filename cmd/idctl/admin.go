@@ -153,21 +153,23 @@ func orDash(s string) string {
 }
 
 type statusJSON struct {
-	ID               string `json:"id"`
-	Name             string `json:"name"`
-	Slot             int32  `json:"slot"`
-	Ready            bool   `json:"ready"`
-	Reason           string `json:"reason"`
-	RaftState        string `json:"raft_state"`
-	LeaderID         string `json:"leader_id"`
-	LeaderAddr       string `json:"leader_addr"`
-	Floor            int64  `json:"floor"`
-	Cursor           int64  `json:"cursor"`
-	Granted          int64  `json:"granted"`
-	IDsIssued        uint64 `json:"ids_issued"`
-	Layout           string `json:"layout"`
-	RaftAppliedIndex uint64 `json:"raft_applied_index"`
-	RaftLastIndex    uint64 `json:"raft_last_index"`
+	ID               string   `json:"id"`
+	Name             string   `json:"name"`
+	Slot             int32    `json:"slot"`
+	Ready            bool     `json:"ready"`
+	Reason           string   `json:"reason"`
+	RaftState        string   `json:"raft_state"`
+	LeaderID         string   `json:"leader_id"`
+	LeaderAddr       string   `json:"leader_addr"`
+	Floor            int64    `json:"floor"`
+	Cursor           int64    `json:"cursor"`
+	Granted          int64    `json:"granted"`
+	IDsIssued        uint64   `json:"ids_issued"`
+	Layout           string   `json:"layout"`
+	RaftAppliedIndex uint64   `json:"raft_applied_index"`
+	RaftLastIndex    uint64   `json:"raft_last_index"`
+	ClusterID        string   `json:"cluster_id"`
+	Conflicting      []string `json:"conflicting_clusters,omitempty"`
 }
 
 func runStatus(ctx context.Context, g globals, args []string, e env) error {
@@ -186,6 +188,7 @@ func runStatus(ctx context.Context, g globals, args []string, e env) error {
 			RaftState: st.GetRaftState(), LeaderID: st.GetLeaderId(), LeaderAddr: st.GetLeaderAddr(),
 			Floor: st.GetFloor(), Cursor: st.GetCursor(), Granted: st.GetGranted(), IDsIssued: st.GetIdsIssued(),
 			Layout: st.GetLayout(), RaftAppliedIndex: st.GetRaftAppliedIndex(), RaftLastIndex: st.GetRaftLastIndex(),
+			ClusterID: st.GetClusterId(), Conflicting: st.GetConflictingClusters(),
 		})
 	}
 	layout, lerr := idclient.ParseLayout(st.GetLayout())
@@ -207,6 +210,7 @@ func runStatus(ctx context.Context, g globals, args []string, e env) error {
 	for _, kv := range [][2]string{
 		{"name", st.GetName()},
 		{"id", st.GetId()},
+		{"cluster", orDash(st.GetClusterId())},
 		{"slot", slot},
 		{"ready", ready},
 		{"raft state", st.GetRaftState()},
@@ -217,6 +221,7 @@ func runStatus(ctx context.Context, g globals, args []string, e env) error {
 		{"ids minted", fmt.Sprint(st.GetIdsIssued())},
 		{"layout", st.GetLayout()},
 		{"raft index", fmt.Sprintf("applied %d, last %d", st.GetRaftAppliedIndex(), st.GetRaftLastIndex())},
+		{"other clusters met", orDash(strings.Join(st.GetConflictingClusters(), ", "))},
 	} {
 		fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
 	}

@@ -401,8 +401,14 @@ type StatusResponse struct {
 	Layout           string `protobuf:"bytes,13,opt,name=layout,proto3" json:"layout,omitempty"`
 	RaftAppliedIndex uint64 `protobuf:"varint,14,opt,name=raft_applied_index,json=raftAppliedIndex,proto3" json:"raft_applied_index,omitempty"`
 	RaftLastIndex    uint64 `protobuf:"varint,15,opt,name=raft_last_index,json=raftLastIndex,proto3" json:"raft_last_index,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The cluster this node belongs to (random, made when it was bootstrapped);
+	// empty until the node knows it.
+	ClusterId string `protobuf:"bytes,16,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// Other clusters whose members this node met through gossip. A node whose
+	// cluster is the younger one stops issuing (see reason).
+	ConflictingClusters []string `protobuf:"bytes,17,rep,name=conflicting_clusters,json=conflictingClusters,proto3" json:"conflicting_clusters,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -538,6 +544,20 @@ func (x *StatusResponse) GetRaftLastIndex() uint64 {
 		return x.RaftLastIndex
 	}
 	return 0
+}
+
+func (x *StatusResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetConflictingClusters() []string {
+	if x != nil {
+		return x.ConflictingClusters
+	}
+	return nil
 }
 
 type JoinRequest struct {
@@ -1181,7 +1201,7 @@ const file_idgen_v1_idgen_proto_rawDesc = "" +
 	"\x0fMembersResponse\x12*\n" +
 	"\amembers\x18\x01 \x03(\v2\x10.idgen.v1.MemberR\amembers\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\"\x0f\n" +
-	"\rStatusRequest\"\xa8\x03\n" +
+	"\rStatusRequest\"\xfa\x03\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1201,7 +1221,10 @@ const file_idgen_v1_idgen_proto_rawDesc = "" +
 	"ids_issued\x18\f \x01(\x04R\tidsIssued\x12\x16\n" +
 	"\x06layout\x18\r \x01(\tR\x06layout\x12,\n" +
 	"\x12raft_applied_index\x18\x0e \x01(\x04R\x10raftAppliedIndex\x12&\n" +
-	"\x0fraft_last_index\x18\x0f \x01(\x04R\rraftLastIndex\"#\n" +
+	"\x0fraft_last_index\x18\x0f \x01(\x04R\rraftLastIndex\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x10 \x01(\tR\tclusterId\x121\n" +
+	"\x14conflicting_clusters\x18\x11 \x03(\tR\x13conflictingClusters\"#\n" +
 	"\vJoinRequest\x12\x14\n" +
 	"\x05addrs\x18\x01 \x03(\tR\x05addrs\",\n" +
 	"\fJoinResponse\x12\x1c\n" +
