@@ -174,7 +174,7 @@ type Node struct {
 	// tenure is the claim the generator belongs to; only the agent writes
 	// both, tenure before gen.
 	tenure      atomic.Uint64
-	leaderReady atomic.Bool // this node leads and has passed its Barrier
+	leaderReady atomic.Bool  // this node leads and has passed its Barrier
 	lastGrant   atomic.Int64 // when the leader last answered a reserve, Unix ns
 
 	identity   atomic.Pointer[identity] // the cluster this node belongs to, once known
