@@ -24,7 +24,7 @@ type slotState struct {
 	Tenure uint64 `json:"tenure_id,omitempty"`
 }
 
-// state is the replicated state machine's data (DESIGN.md section 3).
+// state is the replicated state machine's data (cluster/DESIGN.md explains it).
 type state struct {
 	// Index is the Raft index of the last entry applied.
 	Index uint64 `json:"index"`

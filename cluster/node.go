@@ -75,7 +75,7 @@ type Config struct {
 	Version   string
 }
 
-// Defaults for the tuning settings (DESIGN.md section 3).
+// Defaults for the tuning settings (cluster/DESIGN.md says why).
 const (
 	DefaultLead              = 10 * time.Second
 	DefaultMaxSkew           = 5 * time.Second
