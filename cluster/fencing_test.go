@@ -206,3 +206,37 @@ func TestWipedSeedNeverJoinsItsOldCluster(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// TestLeaderAnswersOnlyAfterBarrier: until a new leader's Barrier has applied
+// everything earlier leaders committed, its state may lag, and a "not owner"
+// from it would revoke a valid generator. It answers ErrLeaderNotReady (an
+// unknown outcome to the agent) instead.
+func TestLeaderAnswersOnlyAfterBarrier(t *testing.T) {
+	tc := newTestCluster(t)
+	tc.add("a", 1)
+	a := tc.start("a")
+	waitReady(t, a)
+	st := a.Status()
+	c := command{Type: cmdReserve, NodeID: a.ID(), Slot: st.Slot, Tenure: a.tenure.Load(), UpTo: st.Granted + 1, SentAt: time.Now().UnixNano()}
+	data, err := encodeCommand(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.leaderReady.Store(false) // as between winning the election and the Barrier
+	if _, err := a.ApplyForwarded(context.Background(), data); !errors.Is(err, ErrLeaderNotReady) {
+		t.Fatalf("before the barrier: %v, want %v", err, ErrLeaderNotReady)
+	}
+	a.leaderReady.Store(true)
+	if _, err := a.ApplyForwarded(context.Background(), data); err != nil {
+		t.Fatalf("after the barrier: %v", err)
+	}
+	// A forwarded command of the wrong shape is refused before anything is proposed.
+	bad, _ := encodeCommand(command{Type: cmdReserve, Slot: st.Slot, UpTo: st.Granted + 100, Tenure: 1})
+	before := a.rs.raft.LastIndex()
+	if _, err := a.ApplyForwarded(context.Background(), bad); !errors.Is(err, ErrBadCommand) {
+		t.Fatalf("malformed forward: %v, want %v", err, ErrBadCommand)
+	}
+	if after := a.rs.raft.LastIndex(); after != before {
+		t.Fatalf("a malformed forward was proposed: last index %d -> %d", before, after)
+	}
+}
