@@ -1,0 +1,326 @@
+// Package harness starts real idgend processes for tests: it builds the
+// binaries from this checkout, hands out loopback ports, runs nodes with
+// their output in a log file, and waits on conditions with deadlines.
+// It is for tests only; nothing in the product imports it.
+package harness
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Binaries are idgend and idctl built from this checkout.
+type Binaries struct{ Idgend, Idctl string }
+
+// Build builds idgend and idctl into a directory removed when t ends.
+// extra go build flags (such as -race) go before the packages.
+func Build(t testing.TB, extra ...string) Binaries {
+	t.Helper()
+	dir := t.TempDir()
+	args := append(append([]string{"build", "-o", dir + string(os.PathSeparator)}, extra...),
+		"github.com/idgen/idgen/cmd/idgend", "github.com/idgen/idgen/cmd/idctl")
+	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return Binaries{Idgend: filepath.Join(dir, "idgend"), Idctl: filepath.Join(dir, "idctl")}
+}
+
+// Ports hands out loopback ports free for both TCP and UDP (gossip uses
+// both on one port), never the same one twice. The zero value is ready.
+type Ports struct {
+	mu   sync.Mutex
+	used map[int]bool
+}
+
+// Next returns a port that was free a moment ago. It is released before
+// use, so a clash with another process is possible but rare.
+func (p *Ports) Next(t testing.TB) int {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.used == nil {
+		p.used = map[int]bool{}
+	}
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		l.Close()
+		if err != nil {
+			continue
+		}
+		u.Close()
+		if !p.used[port] {
+			p.used[port] = true
+			return port
+		}
+	}
+	t.Fatal("no free loopback port for TCP and UDP")
+	return 0
+}
+
+// Node is one idgend process. Its addresses and data dir stay across
+// restarts, so a restart is the same node.
+type Node struct {
+	t       testing.TB
+	bin     string
+	Name    string
+	DataDir string
+	GRPC    string
+	Raft    string
+	Gossip  string
+	HTTP    string
+	// Extra flags follow the addresses on every start.
+	Extra   []string
+	LogPath string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error // Wait's result once done is closed
+}
+
+// NewNode prepares a node on fresh ports with the local gossip profile and
+// a short shutdown; it is stopped (and its log shown on failure) when t ends.
+func NewNode(t testing.TB, bin Binaries, ports *Ports, name string, extra ...string) *Node {
+	t.Helper()
+	dir := t.TempDir()
+	addr := func() string { return "127.0.0.1:" + strconv.Itoa(ports.Next(t)) }
+	n := &Node{
+		t: t, bin: bin.Idgend, Name: name, DataDir: filepath.Join(dir, "data"),
+		GRPC: addr(), Raft: addr(), Gossip: addr(), HTTP: addr(),
+		Extra:   append([]string{"--gossip-profile", "local", "--shutdown-timeout", "2s"}, extra...),
+		LogPath: filepath.Join(dir, name+".log"),
+	}
+	t.Cleanup(func() {
+		n.Stop()
+		if t.Failed() {
+			n.DumpLog(40)
+		}
+	})
+	return n
+}
+
+// Args are the node's command line.
+func (n *Node) Args() []string {
+	return append([]string{
+		"--name", n.Name, "--data-dir", n.DataDir,
+		"--grpc-addr", n.GRPC, "--raft-addr", n.Raft, "--gossip-addr", n.Gossip, "--http-addr", n.HTTP,
+	}, n.Extra...)
+}
+
+// Start runs the process (again, after a kill, from the same data dir),
+// appending its output to LogPath.
+func (n *Node) Start() {
+	n.t.Helper()
+	f, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	cmd := exec.Command(n.bin, n.Args()...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		n.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	n.mu.Lock()
+	n.cmd, n.done = cmd, done
+	n.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		f.Close()
+		n.mu.Lock()
+		n.err = err
+		n.mu.Unlock()
+		close(done)
+	}()
+}
+
+// Running reports whether the process has been started and not exited.
+func (n *Node) Running() bool {
+	n.mu.Lock()
+	done := n.done
+	n.mu.Unlock()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Signal sends sig to the process, if it runs.
+func (n *Node) Signal(sig os.Signal) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd != nil && n.cmd.Process != nil {
+		n.cmd.Process.Signal(sig)
+	}
+}
+
+// Wait waits up to d for the process to exit and returns its exit code.
+func (n *Node) Wait(d time.Duration) int {
+	n.t.Helper()
+	n.mu.Lock()
+	done := n.done
+	n.mu.Unlock()
+	select {
+	case <-done:
+	case <-time.After(d):
+		n.t.Fatalf("%s did not exit within %s", n.Name, d)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var ee *exec.ExitError
+	if errors.As(n.err, &ee) {
+		return ee.ExitCode()
+	}
+	if n.err != nil {
+		n.t.Fatalf("%s: %v", n.Name, n.err)
+	}
+	return 0
+}
+
+// Kill sends SIGKILL and waits for the process to be gone.
+func (n *Node) Kill() {
+	n.t.Helper()
+	n.Signal(syscall.SIGKILL)
+	n.Wait(10 * time.Second)
+}
+
+// Stop sends SIGTERM, then SIGKILL after ten seconds.
+func (n *Node) Stop() {
+	if !n.Running() {
+		return
+	}
+	n.Signal(syscall.SIGTERM)
+	n.mu.Lock()
+	done := n.done
+	n.mu.Unlock()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		n.Signal(syscall.SIGKILL)
+		<-done
+	}
+}
+
+// Log is everything the node wrote so far.
+func (n *Node) Log() string {
+	b, _ := os.ReadFile(n.LogPath)
+	return string(b)
+}
+
+// DumpLog writes the last lines of the log to the test output.
+func (n *Node) DumpLog(lines int) {
+	l := strings.Split(strings.TrimSpace(n.Log()), "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	n.t.Logf("--- last log lines of %s ---\n%s", n.Name, strings.Join(l, "\n"))
+}
+
+// Get fetches path from the node's HTTP admin port: the status code and
+// body, 0 and "" when unreachable.
+func (n *Node) Get(path string) (int, string) {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + n.HTTP + path)
+	if err != nil {
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// Ready reports whether /readyz answers 200.
+func (n *Node) Ready() bool {
+	code, _ := n.Get("/readyz")
+	return code == http.StatusOK
+}
+
+// StartCluster starts count nodes named n1, n2, ...; the first
+// min(count, 3) bootstrap together and every node joins them. It returns
+// once every node is ready.
+func StartCluster(t testing.TB, bin Binaries, ports *Ports, count int, extra ...string) []*Node {
+	t.Helper()
+	seeds := min(count, 3)
+	nodes := make([]*Node, count)
+	var join []string
+	for i := range nodes {
+		expect := 1
+		if i < seeds {
+			expect = seeds
+		}
+		nodes[i] = NewNode(t, bin, ports, fmt.Sprintf("n%d", i+1),
+			append([]string{"--bootstrap-expect", strconv.Itoa(expect)}, extra...)...)
+		if i < seeds {
+			join = append(join, nodes[i].Gossip)
+		}
+	}
+	for _, nd := range nodes {
+		nd.Extra = append(nd.Extra, "--join", strings.Join(join, ","))
+		nd.Start()
+	}
+	for _, nd := range nodes {
+		WaitFor(t, 30*time.Second, nd.Name+" ready", func() bool {
+			if !nd.Running() {
+				t.Fatalf("%s exited", nd.Name)
+			}
+			return nd.Ready()
+		})
+	}
+	return nodes
+}
+
+// WaitFor polls cond until it holds or d passes, then fails t.
+func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Tool finds an external test tool on PATH or in $(go env GOPATH)/bin. It
+// skips the test when missing, unless CI=true, where it fails: CI installs
+// every tool (.ci/run).
+func Tool(t testing.TB, name string) string {
+	t.Helper()
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
+		p := filepath.Join(strings.TrimSpace(string(out)), "bin", name)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s is not installed; .ci/run installs it", name)
+	}
+	t.Skipf("%s is not installed (CI installs it; see .ci/run)", name)
+	return ""
+}
