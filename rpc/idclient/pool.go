@@ -27,8 +27,9 @@ type PoolOptions struct {
 	// BatchSize is the count asked per fetch; 0 takes the node's default,
 	// which nodes serve from their own prefetch buffer (the fastest path).
 	BatchSize int
-	// Lookahead is the number of fetched batches kept ready besides the one
-	// being consumed (default DefaultLookahead).
+	// Lookahead is the least number of fetched batches kept ready besides
+	// the one being consumed (default DefaultLookahead); the pool keeps more
+	// while draws are fast, enough for about a second of them.
 	Lookahead int
 	// CallTimeout bounds one fetch (default: the client's call timeout).
 	CallTimeout time.Duration
@@ -51,6 +52,8 @@ type Pool struct {
 	changed chan struct{} // closed (and replaced) when a batch lands, one is used up, or the producer exits
 	stopped bool          // the producer has exited: nothing more will land
 	lastErr error         // last fetch error, nil after a success
+	drawn   drawRate      // draws per second, for the lookahead
+	lastLen int           // IDs in the last batch fetched
 
 	stop      context.CancelFunc
 	done      chan struct{}
@@ -122,17 +125,19 @@ func (p *Pool) produce(ctx context.Context) {
 		backoff = fetchMinBackoff
 		p.mu.Lock()
 		p.lastErr = nil
+		p.lastLen = len(ids)
 		p.batches = append(p.batches, ids)
 		p.broadcastLocked()
 		p.mu.Unlock()
 	}
 }
 
-// waitForRoom blocks while Lookahead batches are ready besides the one being
-// consumed. It reports false when ctx ends.
+// waitForRoom blocks while enough batches are ready besides the one being
+// consumed: Lookahead, or more when draws are fast (adapt.go). It reports
+// false when ctx ends.
 func (p *Pool) waitForRoom(ctx context.Context) bool {
 	p.mu.Lock()
-	for len(p.batches) > p.opts.Lookahead {
+	for len(p.batches) > p.drawn.lookahead(time.Now(), p.opts.Lookahead, p.lastLen) {
 		ch := p.changed
 		p.mu.Unlock()
 		select {
@@ -192,6 +197,7 @@ func (p *Pool) takeLocked() (int64, bool) {
 	}
 	b := p.batches[0]
 	id := b[0]
+	p.drawn.drawn++
 	if len(b) > 1 {
 		p.batches[0] = b[1:]
 		return id, true
