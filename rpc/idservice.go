@@ -51,7 +51,7 @@ func (h *idService) GetIDBatch(ctx context.Context, req *idgenv1.GetIDBatchReque
 	}
 	s.metrics.idsIssued.Add(float64(len(ids)))
 	s.metrics.batchesServed.WithLabelValues(source).Inc()
-	return &idgenv1.GetIDBatchResponse{Ids: ids, Slot: uint32(slot), Node: s.cfg.NodeName}, nil
+	return &idgenv1.GetIDBatchResponse{Ids: ids, Slot: uint32(slot), Node: s.cfg.NodeName, NodeId: s.cfg.NodeID}, nil
 }
 
 // takeBuffered takes one batch from the buffer. Batches there were minted

@@ -34,8 +34,10 @@ const (
 	// DefaultMaxCount is the largest count one GetIDBatch accepts: the
 	// generator's own maximum (about five seconds of one node's capacity).
 	DefaultMaxCount = generator.MaxBatch
-	// DefaultReadyPollInterval is how often health follows Backend.Ready.
-	DefaultReadyPollInterval = 250 * time.Millisecond
+	// DefaultReadyPollInterval is how often health follows Backend.Ready:
+	// Ready reads a few atomics, and clients start sending to a node only
+	// once its health says SERVING, so a node's start waits for this.
+	DefaultReadyPollInterval = 50 * time.Millisecond
 )
 
 // IDServiceName is the health service name that is SERVING only while the
@@ -51,8 +53,9 @@ const notReadyTakeWait = 50 * time.Millisecond
 type ServerConfig struct {
 	// Backend is the node; required.
 	Backend Backend
-	// NodeName is reported in GetIDBatch responses.
+	// NodeName and NodeID are reported in GetIDBatch responses.
 	NodeName string
+	NodeID   string
 	// Logger receives call and lifecycle logs; nil means slog.Default().
 	Logger *slog.Logger
 	// BatchSize is the batch served for count 0 and kept in the buffer.

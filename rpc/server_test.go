@@ -41,7 +41,7 @@ func startServer(t *testing.T, b Backend, cfg ServerConfig) *testServer {
 		cfg.Logger = quietLogger()
 	}
 	if cfg.NodeName == "" {
-		cfg.NodeName = "node-1"
+		cfg.NodeName, cfg.NodeID = "node-1", "0123456789abcdef0123456789abcdef"
 	}
 	if cfg.ReadyPollInterval == 0 {
 		cfg.ReadyPollInterval = 10 * time.Millisecond
@@ -153,8 +153,8 @@ func TestGetIDBatchDefaultComesFromBuffer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(resp.GetIds()) != 100 || resp.GetSlot() != 5 || resp.GetNode() != "node-1" {
-		t.Fatalf("got %d ids slot %d node %q", len(resp.GetIds()), resp.GetSlot(), resp.GetNode())
+	if len(resp.GetIds()) != 100 || resp.GetSlot() != 5 || resp.GetNode() != "node-1" || resp.GetNodeId() != "0123456789abcdef0123456789abcdef" {
+		t.Fatalf("got %d ids slot %d node %q (%q)", len(resp.GetIds()), resp.GetSlot(), resp.GetNode(), resp.GetNodeId())
 	}
 	if got := counterValue(t, ts.reg, "idgen_batches_served_total", "source", "buffer"); got != 1 {
 		t.Fatalf("buffer batches served = %v, want 1", got)

@@ -171,6 +171,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	srv, err := rpc.NewServer(rpc.ServerConfig{
 		Backend:     node,
 		NodeName:    node.Name(),
+		NodeID:      node.ID(),
 		Logger:      log,
 		BatchSize:   cfg.BatchSize,
 		BufferDepth: cfg.BufferDepth,

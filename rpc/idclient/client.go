@@ -201,11 +201,12 @@ func Dial(target string, opts ...Option) (*Client, error) {
 }
 
 // Batch is one GetIDBatch answer: the IDs, the slot they were minted in and
-// the name of the node that served them.
+// the name and ID of the node that served them.
 type Batch struct {
-	IDs  []int64
-	Slot int
-	Node string
+	IDs    []int64
+	Slot   int
+	Node   string
+	NodeID string
 }
 
 // GetIDBatch asks one node for count IDs (0: the node's default batch size).
@@ -256,7 +257,7 @@ func (c *Client) fetchOnce(ctx context.Context, count int) (Batch, error) {
 	}
 	err = checkBatch(resp, count)
 	verdict.settle(err)
-	return Batch{IDs: resp.GetIds(), Slot: int(resp.GetSlot()), Node: resp.GetNode()}, err
+	return Batch{IDs: resp.GetIds(), Slot: int(resp.GetSlot()), Node: resp.GetNode(), NodeID: resp.GetNodeId()}, err
 }
 
 var (

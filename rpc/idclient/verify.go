@@ -148,6 +148,18 @@ func (c *Checker) Add(node string, ids []int64) {
 	s.sorted = false
 }
 
+// nodeIDKey prefixes a Checker key that is a node ID rather than a name.
+const nodeIDKey = "id:"
+
+// checkerKey is the Checker key of a batch's server: its node ID when the
+// node sent one (exact), else its name (mapped to IDs through History.Owners).
+func checkerKey(b Batch) string {
+	if b.NodeID != "" {
+		return nodeIDKey + b.NodeID
+	}
+	return b.Node
+}
+
 // maxEvidenceIDs bounds the IDs of a malformed batch kept as evidence.
 const maxEvidenceIDs = 8
 
@@ -289,6 +301,9 @@ func (c *Checker) CheckContainment(h History) Containment {
 		var own []Tenure // every tenure of every node ID that went by this name
 		for _, id := range h.Owners[node] {
 			own = append(own, byNodeID[id]...)
+		}
+		if id, ok := strings.CutPrefix(node, nodeIDKey); ok {
+			own = byNodeID[id] // the node named its own ID: exact
 		}
 		for _, id := range ids {
 			p, err := h.Layout.Decompose(id)
@@ -489,7 +504,7 @@ func RunLoad(ctx context.Context, client *Client, checker *Checker, opts LoadOpt
 				ccancel()
 				switch {
 				case err == nil:
-					checker.Add(b.Node, b.IDs)
+					checker.Add(checkerKey(b), b.IDs)
 					if c.count == 0 {
 						defaultSize.Store(int64(len(b.IDs)))
 						issued.Add(int64(len(b.IDs)) - c.expect)

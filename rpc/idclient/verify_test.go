@@ -165,6 +165,30 @@ func TestCheckerPerOwner(t *testing.T) {
 	}
 }
 
+// TestCheckerPerOwnerByNodeID: a batch that names its node's ID is held to
+// that ID's own tenures, even where the name (reused by a wiped node) maps
+// to several IDs.
+func TestCheckerPerOwnerByNodeID(t *testing.T) {
+	h := History{
+		Layout: generator.DefaultLayout(),
+		Tenures: []Tenure{
+			{Slot: 0, NodeID: "a1", Floor: 0, Granted: 10, ClaimedIndex: 3, ReleasedIndex: 8},
+			{Slot: 0, NodeID: "a2", Floor: 10, Granted: 20, ClaimedIndex: 9},
+		},
+		Owners: map[string][]string{"a": {"a1", "a2"}},
+	}
+	c := NewChecker()
+	c.Add(checkerKey(Batch{Node: "a", NodeID: "a1"}), []int64{compose(t, 5, 0, 0)})
+	c.Add(checkerKey(Batch{Node: "a"}), []int64{compose(t, 15, 0, 0)}) // by name: either ID
+	if res := c.CheckContainment(h); res.Violations() != 0 {
+		t.Fatalf("IDs inside their owners' windows reported: %+v", res)
+	}
+	c.Add(checkerKey(Batch{Node: "a", NodeID: "a1"}), []int64{compose(t, 16, 0, 0)}) // a2's window
+	if res := c.CheckContainment(h); res.NotOwner != 1 {
+		t.Fatalf("an ID of a1 inside a2's window: not owner %d, want 1 (%v)", res.NotOwner, res.Examples)
+	}
+}
+
 func TestParseLayoutRoundTrip(t *testing.T) {
 	l := generator.DefaultLayout()
 	got, err := ParseLayout(l.String())

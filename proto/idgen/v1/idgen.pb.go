@@ -72,7 +72,10 @@ type GetIDBatchResponse struct {
 	// The datacenter/machine slot (0..7) of the node that minted the IDs.
 	Slot uint32 `protobuf:"varint,2,opt,name=slot,proto3" json:"slot,omitempty"`
 	// Name of the node that served the call.
-	Node          string `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	Node string `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	// ID of the node that served the call (its Raft server ID), so a checker can
+	// hold each ID to that node's own tenures.
+	NodeId        string `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -124,6 +127,13 @@ func (x *GetIDBatchResponse) GetSlot() uint32 {
 func (x *GetIDBatchResponse) GetNode() string {
 	if x != nil {
 		return x.Node
+	}
+	return ""
+}
+
+func (x *GetIDBatchResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
 	}
 	return ""
 }
@@ -407,8 +417,13 @@ type StatusResponse struct {
 	// Other clusters whose members this node met through gossip. A node whose
 	// cluster is the younger one stops issuing (see reason).
 	ConflictingClusters []string `protobuf:"bytes,17,rep,name=conflicting_clusters,json=conflictingClusters,proto3" json:"conflicting_clusters,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The build of the idgend answering: module version ("dev" for a build
+	// from a work tree), VCS revision and Go version.
+	Version       string `protobuf:"bytes,18,opt,name=version,proto3" json:"version,omitempty"`
+	Revision      string `protobuf:"bytes,19,opt,name=revision,proto3" json:"revision,omitempty"`
+	GoVersion     string `protobuf:"bytes,20,opt,name=go_version,json=goVersion,proto3" json:"go_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -558,6 +573,27 @@ func (x *StatusResponse) GetConflictingClusters() []string {
 		return x.ConflictingClusters
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetGoVersion() string {
+	if x != nil {
+		return x.GoVersion
+	}
+	return ""
 }
 
 type JoinRequest struct {
@@ -1178,11 +1214,12 @@ const file_idgen_v1_idgen_proto_rawDesc = "" +
 	"\n" +
 	"\x14idgen/v1/idgen.proto\x12\bidgen.v1\")\n" +
 	"\x11GetIDBatchRequest\x12\x14\n" +
-	"\x05count\x18\x01 \x01(\rR\x05count\"R\n" +
+	"\x05count\x18\x01 \x01(\rR\x05count\"k\n" +
 	"\x12GetIDBatchResponse\x12\x14\n" +
 	"\x03ids\x18\x01 \x03(\x03B\x02\x10\x01R\x03ids\x12\x12\n" +
 	"\x04slot\x18\x02 \x01(\rR\x04slot\x12\x12\n" +
-	"\x04node\x18\x03 \x01(\tR\x04node\"\x10\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node\x12\x17\n" +
+	"\anode_id\x18\x04 \x01(\tR\x06nodeId\"\x10\n" +
 	"\x0eMembersRequest\"\xc4\x02\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -1201,7 +1238,7 @@ const file_idgen_v1_idgen_proto_rawDesc = "" +
 	"\x0fMembersResponse\x12*\n" +
 	"\amembers\x18\x01 \x03(\v2\x10.idgen.v1.MemberR\amembers\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\"\x0f\n" +
-	"\rStatusRequest\"\xfa\x03\n" +
+	"\rStatusRequest\"\xcf\x04\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1224,7 +1261,11 @@ const file_idgen_v1_idgen_proto_rawDesc = "" +
 	"\x0fraft_last_index\x18\x0f \x01(\x04R\rraftLastIndex\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x10 \x01(\tR\tclusterId\x121\n" +
-	"\x14conflicting_clusters\x18\x11 \x03(\tR\x13conflictingClusters\"#\n" +
+	"\x14conflicting_clusters\x18\x11 \x03(\tR\x13conflictingClusters\x12\x18\n" +
+	"\aversion\x18\x12 \x01(\tR\aversion\x12\x1a\n" +
+	"\brevision\x18\x13 \x01(\tR\brevision\x12\x1d\n" +
+	"\n" +
+	"go_version\x18\x14 \x01(\tR\tgoVersion\"#\n" +
 	"\vJoinRequest\x12\x14\n" +
 	"\x05addrs\x18\x01 \x03(\tR\x05addrs\",\n" +
 	"\fJoinResponse\x12\x1c\n" +
