@@ -21,7 +21,8 @@ import (
 
 // This file is the uniqueness checker behind `idctl verify` and the chaos
 // runs: a load driver that keeps every acknowledged ID, and the two checks
-// DESIGN.md section 8 ends every run with. The checker does not trust the
+// every chaos run ends with (no duplicate; every ID inside a window the Raft
+// log granted to the node that served it). The checker does not trust the
 // nodes' word about uniqueness: it sorts the IDs it saw, and it compares them
 // with the windows the Raft log granted (ClusterService.History).
 
