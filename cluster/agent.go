@@ -16,9 +16,19 @@ const (
 	// under saturating load.
 	minReserveGap = 200 * time.Millisecond
 	// claimRetry is how often a standby or refused node tries to claim again
-	// without a state change.
+	// without a state change. A claim that found no leader (or one not ready
+	// yet) failed without costing the leader anything and is retried every
+	// agentTick, so a node claims within a tick of its cluster's first leader.
 	claimRetry = time.Second
 )
+
+// claimRetryAfter is the wait before the next claim after one that failed with err.
+func claimRetryAfter(err error) time.Duration {
+	if errors.Is(err, ErrNoLeader) || errors.Is(err, ErrNotLeader) || errors.Is(err, ErrLeaderNotReady) {
+		return agentTick
+	}
+	return claimRetry
+}
 
 // runAgent is the slot agent: it claims a slot, runs a generator above the
 // claim's floor, keeps the granted window ahead of it, and revokes the
@@ -27,6 +37,7 @@ func (n *Node) runAgent() {
 	tick := time.NewTicker(agentTick)
 	defer tick.Stop()
 	var lastReserve, lastClaim time.Time
+	claimGap := time.Duration(0)
 	for {
 		g := n.gen.Load()
 		switch {
@@ -36,12 +47,14 @@ func (n *Node) runAgent() {
 				n.revoke(g, ErrClusterConflict)
 				g = nil
 			}
-		case g == nil && time.Since(lastClaim) >= claimRetry:
+		case g == nil && time.Since(lastClaim) >= claimGap:
 			lastClaim = time.Now()
-			if g = n.claim(); g != nil {
+			var err error
+			if g, err = n.claim(); g != nil {
 				lastReserve = time.Now()
 				n.reserve(g)
 			}
+			claimGap = claimRetryAfter(err)
 		case g != nil:
 			if !n.stillOwner(g) {
 				continue
@@ -69,7 +82,7 @@ func (n *Node) runAgent() {
 }
 
 // claim asks the leader for a slot and starts a generator above its floor.
-func (n *Node) claim() *generator.Generator {
+func (n *Node) claim() (*generator.Generator, error) {
 	l := n.cfg.Layout
 	info := NodeInfo{
 		ID: n.id, Name: n.cfg.Name, RaftAddr: n.cfg.RaftAdvertise, GossipAddr: n.cfg.GossipAdvertise,
@@ -81,19 +94,19 @@ func (n *Node) claim() *generator.Generator {
 	if err != nil {
 		n.setReason(n.claimFailure(err))
 		n.logger.Debug("claim", "err", err)
-		return nil
+		return nil, err
 	}
 	g, err := generator.New(n.cfg.Layout, r.Slot, r.Floor, n.clock)
 	if err != nil {
 		n.setReason("cannot start generator: " + err.Error())
 		n.logger.Error("start generator", "slot", r.Slot, "floor", r.Floor, "err", err)
-		return nil
+		return nil, err
 	}
 	n.tenure.Store(r.Tenure)
 	n.setReason("")
 	n.gen.Store(g)
 	n.logger.Info("claimed slot", "slot", r.Slot, "floor", r.Floor, "tenure", r.Tenure)
-	return g
+	return g, nil
 }
 
 func (n *Node) claimFailure(err error) string {

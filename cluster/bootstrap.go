@@ -8,6 +8,10 @@ import (
 	"github.com/hashicorp/raft"
 )
 
+// bootstrapTick is how often a node without state looks for its peers in
+// gossip; a fresh cluster forms within a tick of its last node appearing.
+const bootstrapTick = 50 * time.Millisecond
+
 // bootstrap runs on a node that started without Raft state. It forms a new
 // cluster once BootstrapExpect nodes without state see each other, and
 // otherwise waits to be added by the leader of an existing cluster.
@@ -19,7 +23,7 @@ func (n *Node) bootstrap() {
 		n.bootstrapWith([]raft.Server{{ID: raft.ServerID(n.id), Address: raft.ServerAddress(n.cfg.RaftAdvertise)}})
 		return
 	}
-	tick := time.NewTicker(200 * time.Millisecond)
+	tick := time.NewTicker(bootstrapTick)
 	defer tick.Stop()
 	for {
 		select {

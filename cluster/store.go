@@ -133,6 +133,9 @@ type raftStore struct {
 	notifyCh  chan bool
 	// hadState is true when the data dir already held Raft state at start.
 	hadState bool
+	// stopGrowth ends watchGrowth, which closes growthDone (nil unless the
+	// node started as a lone voter).
+	stopGrowth, growthDone chan struct{}
 }
 
 func openRaft(cfg *Config, nodeID string, f *fsm, cluster func() string, logger *slog.Logger) (*raftStore, error) {
@@ -180,6 +183,10 @@ func openRaft(cfg *Config, nodeID string, f *fsm, cluster func() string, logger 
 	if cfg.SnapshotInterval > 0 {
 		rc.SnapshotInterval = cfg.SnapshotInterval
 	}
+	lone := loneStart(cfg)
+	if lone {
+		loneTimeouts(rc)
+	}
 	notifyCh := make(chan bool, 8)
 	rc.NotifyCh = notifyCh
 	r, err := raft.NewRaft(rc, f, bolt, bolt, snaps, transport)
@@ -188,10 +195,19 @@ func openRaft(cfg *Config, nodeID string, f *fsm, cluster func() string, logger 
 		transport.Close()
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
-	return &raftStore{raft: r, transport: transport, boltStore: bolt, notifyCh: notifyCh, hadState: hadState}, nil
+	s := &raftStore{raft: r, transport: transport, boltStore: bolt, notifyCh: notifyCh, hadState: hadState}
+	if lone {
+		s.stopGrowth, s.growthDone = make(chan struct{}), make(chan struct{})
+		go s.watchGrowth(rc.LocalID, logger)
+	}
+	return s, nil
 }
 
 func (s *raftStore) close() error {
+	if s.stopGrowth != nil {
+		close(s.stopGrowth)
+		<-s.growthDone
+	}
 	err := s.raft.Shutdown().Error()
 	if cerr := s.boltStore.Close(); err == nil {
 		err = cerr
