@@ -49,7 +49,12 @@ func (h *clusterService) Status(ctx context.Context, _ *idgenv1.StatusRequest) (
 }
 
 func statusToProto(st cluster.Status) *idgenv1.StatusResponse {
+	// The build is the process's: the node and this server are one binary.
+	b := ReadBuildInfo()
 	return &idgenv1.StatusResponse{
+		Version:             b.Version,
+		Revision:            b.Revision,
+		GoVersion:           b.GoVersion,
 		Id:                  st.ID,
 		Name:                st.Name,
 		Slot:                int32(st.Slot),

@@ -93,6 +93,9 @@ func commandList() []command {
 		{name: "history", help: "the slot tenures the Raft log granted, merged from every target address", bind: noFlags(runHistory)},
 		{name: "fault", args: "clock --offset D", help: "move the node's clock (only with idgend --enable-fault-injection); --offset 0 resets it", bind: bindFault},
 		{name: "tls", args: "ca create --dir DIR | cert create --dir DIR --role server|client|admin --name NAME [--dns NAMES] [--ip IPS] [--days N]", help: "make the cluster's CA and its certificates (standard library crypto; keys are written 0600)", bind: bindTLS},
+		{name: "version", help: "idctl's build and each target node's (version, VCS revision, Go), from Status", bind: noFlags(runVersion)},
+		{name: "health", args: "[--http ADDR] [--ready]", help: "a node's /healthz (or /readyz) over its HTTP admin port, no certificate needed (the image's HEALTHCHECK)", bind: bindHealth},
+		{name: "completion", args: "bash|zsh|fish", help: "a shell completion script for idctl's commands and flags", bind: noFlags(runCompletion)},
 	}
 }
 
@@ -135,10 +138,7 @@ func run(ctx context.Context, args []string, e env) int {
 	// from before the command stay unless repeated.
 	addGlobalsKeep(fs, &g)
 	runCmd := cmd.bind(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "Usage: idctl %s %s\n\n%s\n\nFlags:\n", name, cmd.args, cmd.help)
-		fs.PrintDefaults()
-	}
+	fs.Usage = func() { printCommandHelp(e.stderr, *cmd, fs) }
 	rest, err := parseInterleaved(fs, top.Args()[1:])
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {

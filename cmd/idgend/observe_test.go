@@ -55,6 +55,34 @@ func TestMetricsAndLogs(t *testing.T) {
 		t.Error("the hand-made idgen_rpc_duration_seconds is still exported")
 	}
 
+	// idctl version: its own build and each node's, which is idgend --version's.
+	ver, _, code := runBin(t, bin("idgend"), "--version")
+	if code != 0 {
+		t.Fatalf("idgend --version: exit %d", code)
+	}
+	out := mustIdctl(t, "--target", targetOf(nodes...), "version", "--json")
+	var v struct {
+		Client struct{ Version, Revision string } `json:"client"`
+		Nodes  []struct {
+			Name, Version, Revision, Error string
+			GoVersion                      string `json:"go_version"`
+		} `json:"nodes"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil || len(v.Nodes) != 2 || v.Client.Version == "" {
+		t.Fatalf("idctl version --json: %v\n%s", err, out)
+	}
+	for _, n := range v.Nodes {
+		if n.Error != "" || n.Name == "" || !strings.Contains(ver, n.Version+" (revision "+n.Revision+", "+n.GoVersion+")") {
+			t.Errorf("node version %+v, idgend --version says %q", n, ver)
+		}
+	}
+	// A node that does not answer is named, and the command fails.
+	dead := addr(freePorts(t, 1)[0])
+	out, errOut, code := idctl(t, "--target", nodes[0].grpc+","+dead, "--timeout", "2s", "version")
+	if code != 1 || !strings.Contains(out, dead) || !strings.Contains(out, "unreachable") || !strings.Contains(errOut, "1 of 2 nodes did not answer") {
+		t.Errorf("idctl version with a dead node: exit %d\n%s\n%s", code, out, errOut)
+	}
+
 	found := false
 	for _, n := range nodes {
 		for _, line := range strings.Split(n.log(), "\n") {
