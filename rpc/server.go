@@ -27,7 +27,7 @@ import (
 // Defaults for ServerConfig fields left zero.
 const (
 	// DefaultBatchSize is the batch served for count 0: about one second of a
-	// busy shortener's demand (SPEC.md's 1,160 IDs/s), rounded down.
+	// busy shortener's demand (1,160 IDs/s, the demand the layout is sized for), rounded down.
 	DefaultBatchSize = 1000
 	// DefaultBufferDepth is how many default batches are kept minted ahead.
 	DefaultBufferDepth = 4

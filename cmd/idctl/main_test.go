@@ -24,7 +24,7 @@ func runCapture(t *testing.T, envTarget string, args ...string) (string, string,
 }
 
 func TestDecodeSpecVector(t *testing.T) {
-	// SPEC.md: 11157 = [2, 55, 59] = "2TX"; the same ID either way in.
+	// The README's example: 11157 = [2, 55, 59] = "2TX"; the same ID either way in.
 	for _, in := range []string{"11157", "2TX"} {
 		out, errOut, code := runCapture(t, "", "decode", in, "--json")
 		var d decodedJSON

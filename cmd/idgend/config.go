@@ -83,7 +83,7 @@ var oneShot = map[string]bool{"version": true, "check": true}
 // secretFlags are not printed by --check.
 var secretFlags = map[string]bool{"gossip-key": true}
 
-// maxBufferDepth bounds the prefetch buffer: memory stays bounded (SPEC.md).
+// maxBufferDepth bounds the prefetch buffer: memory stays bounded.
 const maxBufferDepth = 1024
 
 // parseConfig reads flags from args over IDGEN_* values from getenv (flags

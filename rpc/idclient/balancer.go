@@ -25,7 +25,7 @@ import (
 const balancerName = "idgen_round_robin"
 
 // Ejection settings, written here rather than configurable: they are the
-// circuit breaker SPEC.md asks for, not a tuning knob.
+// circuit breaker the design calls for, not a tuning knob.
 const (
 	ejectAfterFailures = 5                // consecutive failed calls
 	baseEjectionTime   = 5 * time.Second  // doubled per repeat ejection
