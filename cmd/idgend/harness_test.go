@@ -5,18 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 // The process-level tests run the real binaries, built once in TestMain.
@@ -50,32 +48,17 @@ func bin(name string) string { return filepath.Join(binDir, name) }
 // possible but rare.
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
-	var ports []int
-	var closers []io.Closer
-	defer func() {
-		for _, c := range closers {
-			c.Close()
-		}
-	}()
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		closers = append(closers, l)
-		p := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err != nil {
-			continue
-		}
-		closers = append(closers, u)
-		ports = append(ports, p)
+	var p harness.Ports
+	ports := make([]int, n)
+	for i := range ports {
+		ports[i] = p.Next(t)
 	}
 	return ports
 }
 
-// node is one idgend process.
+// node is one idgend process; scripts/harness runs the process.
 type node struct {
+	p       *harness.Proc // made on first use, so tests may build a node literal
 	t       *testing.T
 	name    string
 	dataDir string
@@ -85,11 +68,6 @@ type node struct {
 	http    string
 	extra   []string
 	logPath string
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error // Wait's result once done is closed
 }
 
 type nodeOpts struct {
@@ -137,130 +115,29 @@ func (n *node) args() []string {
 // start runs the process (again, after a kill, from the same data dir).
 func (n *node) start() {
 	n.t.Helper()
-	f, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	n.launch(exec.Command(bin("idgend"), n.args()...), f)
+	n.proc().Run(bin("idgend"), n.args()...)
 }
 
-// launch starts cmd with its output in f and watches it.
-func (n *node) launch(cmd *exec.Cmd, f *os.File) {
-	n.t.Helper()
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		n.t.Fatal(err)
+// proc is the node's process, run by scripts/harness.
+func (n *node) proc() *harness.Proc {
+	if n.p == nil {
+		n.p = harness.NewProc(n.t, n.name, n.logPath)
 	}
-	done := make(chan struct{})
-	n.mu.Lock()
-	n.cmd, n.done = cmd, done
-	n.mu.Unlock()
-	go func() {
-		err := cmd.Wait()
-		f.Close()
-		n.mu.Lock()
-		n.err = err
-		n.mu.Unlock()
-		close(done)
-	}()
+	return n.p
 }
 
-func (n *node) running() bool {
-	n.mu.Lock()
-	done := n.done
-	n.mu.Unlock()
-	if done == nil {
-		return false
-	}
-	select {
-	case <-done:
-		return false
-	default:
-		return true
-	}
-}
-
-// kill sends SIGKILL and waits for the process to be gone.
-func (n *node) kill() {
-	n.t.Helper()
-	n.signal(syscall.SIGKILL)
-	n.wait(10 * time.Second)
-}
-
-func (n *node) signal(sig os.Signal) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.cmd != nil && n.cmd.Process != nil {
-		n.cmd.Process.Signal(sig)
-	}
-}
-
-// wait waits for the process to exit and returns its exit code.
-func (n *node) wait(d time.Duration) int {
-	n.t.Helper()
-	n.mu.Lock()
-	done := n.done
-	n.mu.Unlock()
-	select {
-	case <-done:
-	case <-time.After(d):
-		n.t.Fatalf("%s did not exit within %s", n.name, d)
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	var ee *exec.ExitError
-	if errors.As(n.err, &ee) {
-		return ee.ExitCode()
-	}
-	if n.err != nil {
-		n.t.Fatalf("%s: %v", n.name, n.err)
-	}
-	return 0
-}
-
-// stop: SIGTERM, then SIGKILL after a bound.
-func (n *node) stop() {
-	if !n.running() {
-		return
-	}
-	n.signal(syscall.SIGTERM)
-	n.mu.Lock()
-	done := n.done
-	n.mu.Unlock()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		n.signal(syscall.SIGKILL)
-		<-done
-	}
-}
-
-func (n *node) dumpLog() {
-	b, _ := os.ReadFile(n.logPath)
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 40 {
-		lines = lines[len(lines)-40:]
-	}
-	n.t.Logf("--- last log lines of %s ---\n%s", n.name, strings.Join(lines, "\n"))
-}
-
-func (n *node) log() string {
-	b, _ := os.ReadFile(n.logPath)
-	return string(b)
-}
+// The process lifecycle is harness.Proc's, under the names these tests use.
+func (n *node) launch(cmd *exec.Cmd, f *os.File) { n.t.Helper(); n.proc().Launch(cmd, f) }
+func (n *node) running() bool                    { return n.proc().Running() }
+func (n *node) kill()                            { n.t.Helper(); n.proc().Kill() }
+func (n *node) signal(sig os.Signal)             { n.proc().Signal(sig) }
+func (n *node) wait(d time.Duration) int         { n.t.Helper(); return n.proc().Wait(d) }
+func (n *node) stop()                            { n.proc().Stop() }
+func (n *node) dumpLog()                         { n.proc().DumpLog(40) }
+func (n *node) log() string                      { return n.proc().Log() }
 
 // readyz returns the HTTP status and body of /readyz ("" when unreachable).
-func (n *node) readyz() (int, string) {
-	c := http.Client{Timeout: time.Second}
-	resp, err := c.Get("http://" + n.http + "/readyz")
-	if err != nil {
-		return 0, ""
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
+func (n *node) readyz() (int, string) { return harness.HTTPGet(n.http, "/readyz") }
 
 func (n *node) ready() bool {
 	code, _ := n.readyz()
@@ -270,13 +147,7 @@ func (n *node) ready() bool {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	harness.WaitFor(t, d, what, cond)
 }
 
 // startCluster starts n nodes whose first min(n,3) bootstrap together, and
@@ -367,21 +238,5 @@ func mustIdctl(t *testing.T, args ...string) string {
 // skips the test when missing, unless CI=true, where it fails.
 func tool(t *testing.T, name string) string {
 	t.Helper()
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-		for _, dir := range filepath.SplitList(strings.TrimSpace(string(out))) {
-			p := filepath.Join(dir, "bin", name)
-			if _, err := os.Stat(p); err == nil {
-				return p
-			}
-		}
-	}
-	msg := fmt.Sprintf("%s not found on PATH or in $(go env GOPATH)/bin; install it as .ci/run does", name)
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
+	return harness.Tool(t, name)
 }

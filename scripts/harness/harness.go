@@ -74,10 +74,148 @@ func (p *Ports) Next(t testing.TB) int {
 	return 0
 }
 
+// Proc is one process of a test, its output appended to a log file. It can
+// be started again after it exits.
+type Proc struct {
+	t       testing.TB
+	name    string
+	logPath string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error // Wait's result once done is closed
+}
+
+// NewProc returns a process named name (for messages) that logs to logPath.
+func NewProc(t testing.TB, name, logPath string) *Proc {
+	return &Proc{t: t, name: name, logPath: logPath}
+}
+
+// Run starts bin with args, appending its output to the log file.
+func (p *Proc) Run(bin string, args ...string) {
+	p.t.Helper()
+	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.Launch(exec.Command(bin, args...), f)
+}
+
+// Launch starts cmd with its output in f (closed when cmd exits) and
+// watches it.
+func (p *Proc) Launch(cmd *exec.Cmd, f *os.File) {
+	p.t.Helper()
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		p.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	p.mu.Lock()
+	p.cmd, p.done = cmd, done
+	p.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		f.Close()
+		p.mu.Lock()
+		p.err = err
+		p.mu.Unlock()
+		close(done)
+	}()
+}
+
+// Running reports whether the process has been started and not exited.
+func (p *Proc) Running() bool {
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Signal sends sig to the process, if it runs.
+func (p *Proc) Signal(sig os.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil && p.cmd.Process != nil {
+		p.cmd.Process.Signal(sig)
+	}
+}
+
+// Wait waits up to d for the process to exit and returns its exit code.
+func (p *Proc) Wait(d time.Duration) int {
+	p.t.Helper()
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	select {
+	case <-done:
+	case <-time.After(d):
+		p.t.Fatalf("%s did not exit within %s", p.name, d)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var ee *exec.ExitError
+	if errors.As(p.err, &ee) {
+		return ee.ExitCode()
+	}
+	if p.err != nil {
+		p.t.Fatalf("%s: %v", p.name, p.err)
+	}
+	return 0
+}
+
+// Kill sends SIGKILL and waits for the process to be gone.
+func (p *Proc) Kill() {
+	p.t.Helper()
+	p.Signal(syscall.SIGKILL)
+	p.Wait(10 * time.Second)
+}
+
+// Stop sends SIGTERM, then SIGKILL after ten seconds.
+func (p *Proc) Stop() {
+	if !p.Running() {
+		return
+	}
+	p.Signal(syscall.SIGTERM)
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		p.Signal(syscall.SIGKILL)
+		<-done
+	}
+}
+
+// Log is everything the process wrote so far.
+func (p *Proc) Log() string {
+	b, _ := os.ReadFile(p.logPath)
+	return string(b)
+}
+
+// DumpLog writes the last lines of the log to the test output.
+func (p *Proc) DumpLog(lines int) {
+	l := strings.Split(strings.TrimSpace(p.Log()), "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	p.t.Logf("--- last log lines of %s ---\n%s", p.name, strings.Join(l, "\n"))
+}
+
 // Node is one idgend process. Its addresses and data dir stay across
 // restarts, so a restart is the same node.
 type Node struct {
-	t       testing.TB
+	*Proc
 	bin     string
 	Name    string
 	DataDir string
@@ -86,13 +224,7 @@ type Node struct {
 	Gossip  string
 	HTTP    string
 	// Extra flags follow the addresses on every start.
-	Extra   []string
-	LogPath string
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error // Wait's result once done is closed
+	Extra []string
 }
 
 // NewNode prepares a node on fresh ports with the local gossip profile and
@@ -102,10 +234,10 @@ func NewNode(t testing.TB, bin Binaries, ports *Ports, name string, extra ...str
 	dir := t.TempDir()
 	addr := func() string { return "127.0.0.1:" + strconv.Itoa(ports.Next(t)) }
 	n := &Node{
-		t: t, bin: bin.Idgend, Name: name, DataDir: filepath.Join(dir, "data"),
+		Proc: NewProc(t, name, filepath.Join(dir, name+".log")),
+		bin:  bin.Idgend, Name: name, DataDir: filepath.Join(dir, "data"),
 		GRPC: addr(), Raft: addr(), Gossip: addr(), HTTP: addr(),
-		Extra:   append([]string{"--gossip-profile", "local", "--shutdown-timeout", "2s"}, extra...),
-		LogPath: filepath.Join(dir, name+".log"),
+		Extra: append([]string{"--gossip-profile", "local", "--shutdown-timeout", "2s"}, extra...),
 	}
 	t.Cleanup(func() {
 		n.Stop()
@@ -124,126 +256,23 @@ func (n *Node) Args() []string {
 	}, n.Extra...)
 }
 
-// Start runs the process (again, after a kill, from the same data dir),
-// appending its output to LogPath.
+// Start runs the process (again, after a kill, from the same data dir).
 func (n *Node) Start() {
 	n.t.Helper()
-	f, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	cmd := exec.Command(n.bin, n.Args()...)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		n.t.Fatal(err)
-	}
-	done := make(chan struct{})
-	n.mu.Lock()
-	n.cmd, n.done = cmd, done
-	n.mu.Unlock()
-	go func() {
-		err := cmd.Wait()
-		f.Close()
-		n.mu.Lock()
-		n.err = err
-		n.mu.Unlock()
-		close(done)
-	}()
-}
-
-// Running reports whether the process has been started and not exited.
-func (n *Node) Running() bool {
-	n.mu.Lock()
-	done := n.done
-	n.mu.Unlock()
-	if done == nil {
-		return false
-	}
-	select {
-	case <-done:
-		return false
-	default:
-		return true
-	}
-}
-
-// Signal sends sig to the process, if it runs.
-func (n *Node) Signal(sig os.Signal) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.cmd != nil && n.cmd.Process != nil {
-		n.cmd.Process.Signal(sig)
-	}
-}
-
-// Wait waits up to d for the process to exit and returns its exit code.
-func (n *Node) Wait(d time.Duration) int {
-	n.t.Helper()
-	n.mu.Lock()
-	done := n.done
-	n.mu.Unlock()
-	select {
-	case <-done:
-	case <-time.After(d):
-		n.t.Fatalf("%s did not exit within %s", n.Name, d)
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	var ee *exec.ExitError
-	if errors.As(n.err, &ee) {
-		return ee.ExitCode()
-	}
-	if n.err != nil {
-		n.t.Fatalf("%s: %v", n.Name, n.err)
-	}
-	return 0
-}
-
-// Kill sends SIGKILL and waits for the process to be gone.
-func (n *Node) Kill() {
-	n.t.Helper()
-	n.Signal(syscall.SIGKILL)
-	n.Wait(10 * time.Second)
-}
-
-// Stop sends SIGTERM, then SIGKILL after ten seconds.
-func (n *Node) Stop() {
-	if !n.Running() {
-		return
-	}
-	n.Signal(syscall.SIGTERM)
-	n.mu.Lock()
-	done := n.done
-	n.mu.Unlock()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		n.Signal(syscall.SIGKILL)
-		<-done
-	}
-}
-
-// Log is everything the node wrote so far.
-func (n *Node) Log() string {
-	b, _ := os.ReadFile(n.LogPath)
-	return string(b)
-}
-
-// DumpLog writes the last lines of the log to the test output.
-func (n *Node) DumpLog(lines int) {
-	l := strings.Split(strings.TrimSpace(n.Log()), "\n")
-	if len(l) > lines {
-		l = l[len(l)-lines:]
-	}
-	n.t.Logf("--- last log lines of %s ---\n%s", n.Name, strings.Join(l, "\n"))
+	n.Run(n.bin, n.Args()...)
 }
 
 // Get fetches path from the node's HTTP admin port: the status code and
 // body, 0 and "" when unreachable.
 func (n *Node) Get(path string) (int, string) {
+	return HTTPGet(n.HTTP, path)
+}
+
+// HTTPGet fetches path from an HTTP admin address: the status code and
+// body, 0 and "" when unreachable.
+func HTTPGet(addr, path string) (int, string) {
 	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get("http://" + n.HTTP + path)
+	resp, err := c.Get("http://" + addr + path)
 	if err != nil {
 		return 0, ""
 	}
@@ -313,14 +342,17 @@ func Tool(t testing.TB, name string) string {
 		return p
 	}
 	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-		p := filepath.Join(strings.TrimSpace(string(out)), "bin", name)
-		if _, err := os.Stat(p); err == nil {
-			return p
+		for _, dir := range filepath.SplitList(strings.TrimSpace(string(out))) {
+			p := filepath.Join(dir, "bin", name)
+			if _, err := os.Stat(p); err == nil {
+				return p
+			}
 		}
 	}
+	msg := fmt.Sprintf("%s not found on PATH or in $(go env GOPATH)/bin; install it as .ci/run does", name)
 	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s is not installed; .ci/run installs it", name)
+		t.Fatal(msg)
 	}
-	t.Skipf("%s is not installed (CI installs it; see .ci/run)", name)
+	t.Skip(msg)
 	return ""
 }
