@@ -1,0 +1,31 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// Bad invocations are refused as usage errors before anything starts.
+func TestRunRefusesBadArguments(t *testing.T) {
+	dir := t.TempDir()
+	notBin := filepath.Join(dir, "idgend")
+	if err := os.Mkdir(notBin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, args := range map[string][]string{
+		"no --bin":             {},
+		"unknown flag":         {"--bin", dir, "--fast"},
+		"extra argument":       {"--bin", dir, "now"},
+		"--bin without idgend": {"--bin", t.TempDir()},
+		"idgend a directory":   {"--bin", dir},
+		"serve too short":      {"serve", "bare"},
+		"serve unknown kind":   {"serve", "fancy", "127.0.0.1:0"},
+	} {
+		if err := run(args, io.Discard, io.Discard); !errors.Is(err, errUsage) {
+			t.Errorf("%s: %v, want a usage error", name, err)
+		}
+	}
+}
