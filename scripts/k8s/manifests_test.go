@@ -151,7 +151,7 @@ func (m *manifests) check() error {
 	ss := m.sets[0]
 	spec := ss.Spec
 	if spec.Replicas == nil || *spec.Replicas != 3 {
-		return fmt.Errorf("replicas %v, want 3 by default", spec.Replicas)
+		return fmt.Errorf("replicas %s, want 3 by default", orUnset(spec.Replicas))
 	}
 	if spec.PodManagementPolicy != appsv1.ParallelPodManagement {
 		return errors.New("podManagementPolicy must be Parallel: the first nodes bootstrap together")
@@ -226,9 +226,17 @@ func (m *manifests) check() error {
 	}
 	grace := pod.TerminationGracePeriodSeconds
 	if grace == nil || time.Duration(*grace)*time.Second <= timeout {
-		return fmt.Errorf("terminationGracePeriodSeconds %v must exceed --shutdown-timeout %s", grace, timeout)
+		return fmt.Errorf("terminationGracePeriodSeconds %s must exceed --shutdown-timeout %s", orUnset(grace), timeout)
 	}
 	return nil
+}
+
+// orUnset prints an optional number.
+func orUnset[T int32 | int64](p *T) string {
+	if p == nil {
+		return "unset"
+	}
+	return fmt.Sprint(*p)
 }
 
 // fakePod is what the downward API would give the first pod.
@@ -413,6 +421,7 @@ func TestManifestMistakesAreCaught(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want an error with %q", err, tc.want)
 			}
+			t.Logf("caught: %v", err)
 		})
 	}
 }
@@ -432,4 +441,5 @@ func TestMisspelledFlagFailsCheck(t *testing.T) {
 	if err == nil || !strings.Contains(out, "flag provided but not defined: -grpc-adress") {
 		t.Fatalf("idgend --check accepted --grpc-adress: %v\n%s", err, out)
 	}
+	t.Logf("caught: %v: %s", err, strings.SplitN(out, "\n", 2)[0])
 }
