@@ -33,11 +33,19 @@ const (
 func TestRulesPromtool(t *testing.T) {
 	promtool := harness.Tool(t, "promtool")
 	for _, args := range [][]string{{"check", "rules", rulesFile}, {"test", "rules", rulesTestFile}} {
-		out, err := exec.Command(promtool, args...).CombinedOutput()
+		out, err := run(t, promtool, args...)
 		if err != nil || !strings.Contains(string(out), "SUCCESS") {
 			t.Fatalf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
+}
+
+// run runs a tool with a bound, so a hung tool fails the test with its output.
+func run(t *testing.T, name string, args ...string) ([]byte, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	return exec.CommandContext(ctx, name, args...).CombinedOutput()
 }
 
 // dashboardQueries returns every query of the dashboard, by panel title.
@@ -193,7 +201,7 @@ func TestPrometheusScrapesClusterAndAlerts(t *testing.T) {
 	for _, n := range nodes {
 		grpcTargets = append(grpcTargets, n.GRPC)
 	}
-	if out, err := exec.Command(bin.Idctl, "--target", strings.Join(grpcTargets, ","), "ids", "-n", "50").CombinedOutput(); err != nil {
+	if out, err := run(t, bin.Idctl, "--target", strings.Join(grpcTargets, ","), "ids", "-n", "50"); err != nil {
 		t.Fatalf("idctl ids: %v\n%s", err, out)
 	}
 
