@@ -172,8 +172,10 @@ func (n *Node) reserve(g *generator.Generator) {
 	r, err := n.propose(ctx, command{Type: cmdReserve, NodeID: n.id, Slot: g.Slot(), Tenure: n.tenure.Load(), UpTo: upTo})
 	switch {
 	case err == nil:
+		if r.Granted > g.Granted() {
+			n.lastGrant.Store(time.Now().UnixNano())
+		}
 		g.Grant(r.Granted)
-		n.lastGrant.Store(time.Now().UnixNano())
 		if r.LeaderTime != 0 {
 			n.skew.Store(int64(sent.Sub(time.Unix(0, r.LeaderTime))))
 		}

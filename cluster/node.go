@@ -175,7 +175,7 @@ type Node struct {
 	// both, tenure before gen.
 	tenure      atomic.Uint64
 	leaderReady atomic.Bool  // this node leads and has passed its Barrier
-	lastGrant   atomic.Int64 // when the leader last answered a reserve, Unix ns
+	lastGrant   atomic.Int64 // when a reserve last extended the window, Unix ns
 
 	identity   atomic.Pointer[identity] // the cluster this node belongs to, once known
 	conflict   atomic.Pointer[string]   // set for good once an older cluster is met
@@ -357,19 +357,21 @@ func (n *Node) Ready() (bool, string) {
 	if !n.leaderKnown() {
 		return false, "no raft leader known"
 	}
-	// A window used up while the leader keeps answering is a node at the
+	// A window used up while the leader keeps extending it is a node at the
 	// layout's rate (a burst, or a new cluster's first seconds): room comes
-	// within a unit and callers wait for it. Only a node whose reserves go
-	// unanswered is taken out of its clients' balancers.
+	// within a unit and callers wait for it. A node whose window has not grown
+	// for grantGrace (no leader, or a leader whose clock is behind the window)
+	// is taken out of its clients' balancers.
 	if g.Granted() <= g.Head() && time.Since(time.Unix(0, n.lastGrant.Load())) > grantGrace {
 		return false, fmt.Sprintf("no room to issue: granted window ends at %d, issuing at %d; waiting for the leader", g.Granted(), g.Head())
 	}
 	return true, ""
 }
 
-// grantGrace is how long after the leader last answered a reserve a node with
-// a used-up window still counts as ready.
-const grantGrace = time.Second
+// grantGrace is how long after its window last grew a node with a used-up
+// window still counts as ready: at the layout's rate the leader extends it
+// once a unit, so a little more than a unit.
+const grantGrace = 2 * time.Second
 
 // leaderGrace is how long a node still counts a leader as known after losing
 // sight of it: an election takes about a second, and the granted window, not
