@@ -28,8 +28,12 @@ const (
 // through all of them. It fails on any duplicate, any ID outside a window Raft
 // granted, a verifier that could not run, or a fault that could not be injected.
 //
+// Beside the verifier, a Pool and plain GetIDBatch calls (probe_test.go)
+// report per fault kind the failed calls and the worst stall clients saw.
+//
 // IDGEN_CHAOS_DURATION (default 2m30s), IDGEN_CHAOS_RATE (IDs/s, default 3000),
-// IDGEN_CHAOS_SEED, IDGEN_CHAOS_LOGDIR (keep node logs), IDGEN_CHAOS_RACE=1.
+// IDGEN_CHAOS_POOL_RATE (the Pool's IDs/s, default 2000), IDGEN_CHAOS_SEED,
+// IDGEN_CHAOS_LOGDIR (keep node logs), IDGEN_CHAOS_RACE=1.
 func TestChaosProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process-level chaos run skipped in -short mode")
@@ -45,6 +49,10 @@ func TestChaosProcess(t *testing.T) {
 	seed, err := envInt("IDGEN_CHAOS_SEED", time.Now().UnixNano())
 	if err != nil {
 		t.Fatal(err)
+	}
+	poolRate, err := envInt("IDGEN_CHAOS_POOL_RATE", 2000)
+	if err != nil || poolRate < 1 {
+		t.Fatalf("IDGEN_CHAOS_POOL_RATE: %v (want IDs a second, at least 1)", err)
 	}
 	bin := buildBinaries(t)
 	c := newCluster(t, bin, []string{
@@ -92,17 +100,27 @@ func TestChaosProcess(t *testing.T) {
 	}
 	defer v.stop()
 	end := time.Now().Add(dur)
+	ps, err := startProbes(c, int(poolRate), 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ps.stop()
 
 	f := &faulter{
 		c: c, rng: rand.New(rand.NewSource(seed)),
 		reapAfter: reapAfter, pause: pauseFor, clockHold: clockHold, recovery: 45 * time.Second,
 	}
-	faults, failed := runSchedule(c, f, end)
+	faults, failed, spans := runSchedule(c, f, end)
 
 	if _, err := c.waitHealthy(time.Until(end) + 30*time.Second); err != nil {
 		c.logf("cluster not healthy at the end: %v", err)
 	}
 	rep, code, err := v.wait(time.Until(end) + 3*time.Minute)
+	ps.stop()
+	for _, l := range faultLines("chaos-fault", ps, spans) {
+		fmt.Println(l)
+		c.logf("%s", l)
+	}
 	line := summary("chaos-process", faults, rep)
 	fmt.Println(line)
 	c.logf("%s", line)
@@ -131,11 +149,13 @@ func TestChaosProcess(t *testing.T) {
 
 // runSchedule injects the schedule in order, then again in random orders,
 // while a fault still fits before end minus the tail. It returns how many
-// faults were injected and the faults that could not be.
-func runSchedule(c *cluster, f *faulter, end time.Time) (int, []string) {
+// faults were injected, the faults that could not be, and when each ran
+// (injection to recovery).
+func runSchedule(c *cluster, f *faulter, end time.Time) (int, []string, []span) {
 	sched := f.schedule()
 	injected, pass := 0, 0
 	var failed []string
+	var spans []span
 	for {
 		ran := 0
 		for _, fl := range sched {
@@ -146,7 +166,9 @@ func runSchedule(c *cluster, f *faulter, end time.Time) (int, []string) {
 				continue
 			}
 			c.logf("fault %d: %s", injected+1, fl.name)
+			t0 := time.Now()
 			k, err := fl.run()
+			spans = append(spans, span{name: fl.name, start: t0, end: time.Now()})
 			injected += k
 			ran++
 			if err != nil {
@@ -155,7 +177,7 @@ func runSchedule(c *cluster, f *faulter, end time.Time) (int, []string) {
 			}
 		}
 		if ran == 0 {
-			return injected, failed
+			return injected, failed, spans
 		}
 		pass++
 		f.rng.Shuffle(len(sched), func(i, j int) { sched[i], sched[j] = sched[j], sched[i] })
