@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,6 +39,18 @@ func TestFollowedTargetUsesJoinedNode(t *testing.T) {
 		s := drawNodes(c)
 		return s["n1"] && s["n2"]
 	})
+	// idctl takes the same target: IDs through the members, admin calls to the seed.
+	if ids := strings.Fields(mustIdctl(t, "--target", idclient.FollowPrefix+nodes[0].grpc, "ids", "-n", "3")); len(ids) != 3 {
+		t.Fatalf("idctl ids through idgen:///: %q", ids)
+	}
+	if out := mustIdctl(t, "--target", idclient.FollowPrefix+nodes[0].grpc, "status"); !strings.Contains(out, "n1") {
+		t.Fatalf("idctl status through idgen:/// did not reach the seed n1:\n%s", out)
+	}
+	for _, bad := range []string{"idgen:///", "idgen:///no-port"} {
+		if _, errOut, code := idctl(t, "--target", bad, "--timeout", "2s", "ids", "-n", "1"); code != 2 || !strings.Contains(errOut, "idclient:") {
+			t.Fatalf("idctl ids --target %s: exit %d, want 2 and the reason: %s", bad, code, errOut)
+		}
+	}
 
 	n3 := newNode(t, nodeOpts{name: "n3", join: []string{nodes[0].gossip}})
 	n3.start()
@@ -48,7 +61,9 @@ func TestFollowedTargetUsesJoinedNode(t *testing.T) {
 	if code := n3.wait(20 * time.Second); code != 0 {
 		t.Fatalf("n3 exited %d after leave", code)
 	}
-	// The others keep serving the client, and n3 never again.
+	// The others keep serving the client, and n3 never again. (Which of
+	// them serves varies: in a new cluster's first 15 s a node waiting for
+	// its next unit of room can be ejected as too slow by the hedging.)
 	served := map[string]bool{}
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
@@ -56,7 +71,7 @@ func TestFollowedTargetUsesJoinedNode(t *testing.T) {
 			served[n] = true
 		}
 	}
-	if served["n3"] || !served["n1"] || !served["n2"] {
-		t.Fatalf("after n3 left, batches came from %v; want n1 and n2 only", served)
+	if served["n3"] || !(served["n1"] || served["n2"]) {
+		t.Fatalf("after n3 left, batches came from %v; want n1 or n2 only", served)
 	}
 }

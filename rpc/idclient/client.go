@@ -178,6 +178,11 @@ func Dial(target string, opts ...Option) (*Client, error) {
 		}
 		target = listScheme + ":///" + target
 	}
+	if seeds, ok := strings.CutPrefix(target, FollowPrefix); ok {
+		if _, err := parseList(seeds); err != nil {
+			return nil, err
+		}
+	}
 	creds, err := o.transportCredentials()
 	if err != nil {
 		return nil, err

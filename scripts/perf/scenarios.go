@@ -189,7 +189,7 @@ func (b *bench) three() error {
 	// A new cluster's slots start at the leader's clock plus max-ahead
 	// (15 s), so for its first 15 s each node issues exactly at the cap,
 	// with no room for a burst; the Pool runs once that is over.
-	idleCPU, idleRSS := usage(nodes, 16*time.Second-d)
+	idleCPU, idleRSS := usage(nodes, max(16*time.Second-d, 2*time.Second))
 
 	rate := int(0.8 * 3 * perSlot)
 	base, failed, err := poolRun(target(nodes), rate, 8*time.Second, time.Second, 0, nil)
