@@ -39,6 +39,9 @@ func (n *Node) runAgent() {
 	var lastReserve, lastClaim time.Time
 	claimGap := time.Duration(0)
 	for {
+		// Persisted as soon as the state has it: a node that restarts before
+		// it was written would gossip no cluster and not be added back.
+		n.trackIdentity()
 		g := n.gen.Load()
 		switch {
 		case n.leaving.Load():

@@ -58,7 +58,8 @@ func writeIdentity(dir string, id identity) error {
 }
 
 // trackIdentity records the cluster identity once the replicated state has
-// it: persisted in the data dir and carried in gossip metadata.
+// it: persisted in the data dir and carried in gossip metadata. Only the
+// agent calls it (on every state change), so writes never race.
 func (n *Node) trackIdentity() {
 	var fromState identity
 	n.fsm.view(func(s *state) { fromState = identity{ID: s.ClusterID, Created: s.Created} })

@@ -309,7 +309,6 @@ func (n *Node) housekeeping() {
 			}
 		}
 		n.leaderKnown() // keeps leaderSeen fresh between readiness checks
-		n.trackIdentity()
 		n.checkConflict()
 		member := n.inRaftConfig(n.id)
 		skewMS := n.skew.Load() / int64(time.Millisecond)
