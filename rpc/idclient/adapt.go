@@ -5,13 +5,15 @@ import (
 	"time"
 )
 
-// The pool's lookahead follows the draw rate: it keeps at least
-// lookaheadHorizon of draws fetched, so that a fetch slowed by one node's
-// fault (a hedge delay, a retry's backoff, an election) never empties it. A
-// fixed lookahead that suits a slow caller runs dry within milliseconds for a
-// fast one.
+// The pool's lookahead follows the draw rate: it keeps fetched at least the
+// draws of one whole fetch that fails (the call timeout) and a second more,
+// so that a fetch slowed or failed by one node's fault (a hedge delay, a
+// retry's backoff, an election, every attempt waiting) never empties it. A
+// fixed lookahead that suits a slow caller runs dry within milliseconds for
+// a fast one.
 const (
-	lookaheadHorizon = time.Second
+	// lookaheadMargin is added to the call timeout.
+	lookaheadMargin = time.Second
 	// maxLookahead bounds what a burst can make the pool hold.
 	maxLookahead = 64
 	// rateWindow is the shortest span a rate is measured over.
@@ -46,11 +48,11 @@ func (d *drawRate) perSecond(now time.Time) float64 {
 }
 
 // lookahead is how many batches of batchLen IDs to keep ready besides the
-// one being consumed: at least least, enough for lookaheadHorizon of draws.
-func (d *drawRate) lookahead(now time.Time, least, batchLen int) int {
+// one being consumed: at least least, enough for horizon of draws.
+func (d *drawRate) lookahead(now time.Time, least, batchLen int, horizon time.Duration) int {
 	if batchLen <= 0 {
 		return least
 	}
-	need := int(math.Ceil(d.perSecond(now) * lookaheadHorizon.Seconds() / float64(batchLen)))
+	need := int(math.Ceil(d.perSecond(now) * horizon.Seconds() / float64(batchLen)))
 	return max(least, min(need, maxLookahead))
 }

@@ -56,7 +56,7 @@ func TestPoolLookaheadFollowsDrawRate(t *testing.T) {
 	if m := <-most; m < 10 {
 		t.Fatalf("at most %d batches ready at 5000 IDs/s in batches of 50; want 10 or more", m)
 	}
-	if m := p.drawn.lookahead(time.Now(), 1, 50); m > maxLookahead {
+	if m := p.drawn.lookahead(time.Now(), 1, 50, time.Hour); m > maxLookahead {
 		t.Fatalf("lookahead %d over its bound %d", m, maxLookahead)
 	}
 }

@@ -29,7 +29,7 @@ type PoolOptions struct {
 	BatchSize int
 	// Lookahead is the least number of fetched batches kept ready besides
 	// the one being consumed (default DefaultLookahead); the pool keeps more
-	// while draws are fast, enough for about a second of them.
+	// while draws are fast, enough for the draws of CallTimeout plus a second.
 	Lookahead int
 	// CallTimeout bounds one fetch (default: the client's call timeout).
 	CallTimeout time.Duration
@@ -137,7 +137,7 @@ func (p *Pool) produce(ctx context.Context) {
 // false when ctx ends.
 func (p *Pool) waitForRoom(ctx context.Context) bool {
 	p.mu.Lock()
-	for len(p.batches) > p.drawn.lookahead(time.Now(), p.opts.Lookahead, p.lastLen) {
+	for len(p.batches) > p.drawn.lookahead(time.Now(), p.opts.Lookahead, p.lastLen, p.opts.CallTimeout+lookaheadMargin) {
 		ch := p.changed
 		p.mu.Unlock()
 		select {

@@ -823,7 +823,10 @@ func Verify(ctx context.Context, target string, opts VerifyOptions) (Report, err
 	if err != nil {
 		return Report{}, err
 	}
-	client, err := Dial(target, append([]Option{WithCallTimeout(lo.CallTimeout)}, opts.DialOptions...)...)
+	// No hedging: a checker sees every answer it asks for. A hedged-away
+	// answer is minted and never seen, and a node waiting for room would be
+	// ejected as too slow, so fewer owners would be sampled.
+	client, err := Dial(target, append([]Option{WithCallTimeout(lo.CallTimeout), WithHedge(DefaultHedgeDelay, 1)}, opts.DialOptions...)...)
 	if err != nil {
 		return Report{}, err
 	}
