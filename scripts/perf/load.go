@@ -106,7 +106,7 @@ func perCall(addr string, tcfg *tls.Config, count uint32, d time.Duration) (time
 
 // flatOut draws as fast as the nodes serve, two callers per node asking 50
 // IDs at a time. It first draws until every node has made a call wait over
-// 20 ms (its burst is spent) and for at least 8 s (at most limit), then
+// 200 ms (its burst is spent) and for at least 8 s (at most limit), then
 // counts the IDs received for d. It returns that rate and, per node, the IDs it served before its
 // first wait.
 func flatOut(nodes []*proc, d, limit time.Duration) (float64, []int64) {
@@ -132,7 +132,9 @@ func flatOut(nodes []*proc, d, limit time.Duration) (float64, []int64) {
 					if err != nil {
 						continue
 					}
-					if time.Since(t0) > 20*time.Millisecond {
+					// A node out of room holds a call until its next
+					// unit (up to a second); 200 ms is no scheduling delay.
+					if time.Since(t0) > 200*time.Millisecond {
 						waited[i].Store(true)
 					}
 					if !waited[i].Load() {
