@@ -7,8 +7,10 @@ import (
 
 // TestVerifyCatchesSplitBrain plants real duplicates at process level, without
 // any test hook in idgend: two nodes that each bootstrap a cluster of their own
-// (no --join) both claim slot 0 from floor 0 and stamp the same seconds with
-// the same sequence numbers. One `idctl verify` across both must count
+// (no --join), started a moment apart, both claim slot 0 from floors a second
+// or two apart (each new cluster starts at its leader's clock plus max-ahead)
+// and, drawn at the layout's rate, stamp the same seconds with the same
+// sequence numbers. They never meet in gossip, so neither stops. One `idctl verify` across both must count
 // duplicates and exit 3, or a green chaos run would mean nothing.
 func TestVerifyCatchesSplitBrain(t *testing.T) {
 	if testing.Short() {
@@ -57,8 +59,9 @@ func TestVerifyCatchesSplitBrain(t *testing.T) {
 		t.Errorf("verify exited %d, want %d for a duplicate", code, verifyExitViolation)
 	}
 	if rep.ContainmentViolations == 0 {
-		// Both histories record a tenure of the same slot from floor 0: the
-		// windows of two owners overlap, which the checker must report too.
+		// Both histories record a tenure of the same slot from nearly the same
+		// floor: the windows of two owners overlap, which the checker must
+		// report too.
 		t.Errorf("verify reported no containment violation for two overlapping tenures of slot %d", sa.GetSlot())
 	}
 }
