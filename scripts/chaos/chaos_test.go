@@ -72,24 +72,22 @@ func TestChaosProcess(t *testing.T) {
 		}
 		n := c.add("n"+strconv.Itoa(i), expect, nil)
 		if i <= 3 {
-			seeds = append(seeds, n.gossipAddr)
+			seeds = append(seeds, n.Gossip)
 		}
 	}
 	for _, n := range c.nodes {
-		n.args = append(n.args, "--join="+strings.Join(seeds, ","))
+		n.Extra = append(n.Extra, "--join="+strings.Join(seeds, ","))
 	}
 	for _, n := range c.nodes[:slotNodes] {
-		c.startNode(n)
+		n.Start()
 	}
 	if took, err := c.waitHealthy(90 * time.Second); err != nil {
-		c.tailLogs(30)
 		t.Fatalf("cluster of %d did not form: %v", slotNodes, err)
 	} else {
 		c.logf("%d nodes ready in %.1fs", slotNodes, took.Seconds())
 	}
-	c.startNode(c.nodes[slotNodes])
+	c.nodes[slotNodes].Start()
 	if _, err := c.waitHealthy(60 * time.Second); err != nil {
-		c.tailLogs(30)
 		t.Fatalf("standby did not join: %v", err)
 	}
 	c.logf("standby joined: %s", c.poll())
@@ -128,11 +126,9 @@ func TestChaosProcess(t *testing.T) {
 		code, rep.Attempted, rep.Failed, rep.PerSlot, rep.DurationMS, rep.Errors)
 	c.logf("recovery: worst %.1fs, %d timeout(s)", f.worstRecovery.Seconds(), f.recoveryTimeouts)
 	if err != nil {
-		c.tailLogs(20)
 		t.Fatalf("verifier: %v", err)
 	}
 	if rep.Duplicates != 0 || rep.ContainmentViolations != 0 || rep.BadBatches != 0 {
-		c.tailLogs(40)
 		t.Fatalf("SAFETY VIOLATION: %d duplicates, %d containment violations (%d per owner), %d malformed batches %q (logs in %s)",
 			rep.Duplicates, rep.ContainmentViolations, rep.OwnerViolations, rep.BadBatches, rep.BadBatchExamples, c.root)
 	}

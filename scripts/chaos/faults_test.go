@@ -6,7 +6,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -100,21 +99,14 @@ func (f *faulter) owners(v view, l *node) []*node {
 	return f.nodesWhere(v, func(n *node) bool { return n != l && v[n].GetSlot() >= 0 })
 }
 
-func (f *faulter) restart(n *node) error {
-	if err := n.start(f.c.bin.idgend); err != nil {
-		return err
-	}
-	return nil
-}
-
 func (f *faulter) killRestart(ns ...*node) (int, error) {
 	names := make([]string, len(ns))
 	var wg sync.WaitGroup
 	errs := make([]error, len(ns))
 	for i, n := range ns {
-		names[i] = n.name
+		names[i] = n.Name
 		wg.Add(1)
-		go func(i int, n *node) { defer wg.Done(); errs[i] = n.kill9() }(i, n)
+		go func(i int, n *node) { defer wg.Done(); errs[i] = n.Crash() }(i, n)
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -125,7 +117,7 @@ func (f *faulter) killRestart(ns ...*node) (int, error) {
 	f.c.logf("  killed %s", strings.Join(names, " "))
 	time.Sleep(time.Second)
 	for _, n := range ns {
-		if err := f.restart(n); err != nil {
+		if err := n.Restart(); err != nil {
 			return 1, err
 		}
 	}
@@ -163,7 +155,7 @@ func (f *faulter) killTwo() (int, error) {
 func (f *faulter) killAll() (int, error) {
 	var ns []*node
 	for _, n := range f.c.nodes {
-		if n.running() {
+		if n.Running() {
 			ns = append(ns, n)
 		}
 	}
@@ -171,15 +163,15 @@ func (f *faulter) killAll() (int, error) {
 }
 
 func (f *faulter) pauseNode(n *node) (int, error) {
-	if err := n.signal(syscall.SIGSTOP); err != nil {
+	if err := n.Pause(); err != nil {
 		return 0, err
 	}
-	f.c.logf("  paused %s for %v", n.name, f.pause)
+	f.c.logf("  paused %s for %v", n.Name, f.pause)
 	time.Sleep(f.pause)
-	if err := n.signal(syscall.SIGCONT); err != nil {
+	if err := n.Resume(); err != nil {
 		return 1, err
 	}
-	f.settle("SIGCONT of "+n.name, f.recovery)
+	f.settle("SIGCONT of "+n.Name, f.recovery)
 	return 1, nil
 }
 
@@ -218,18 +210,18 @@ func nowUnits() int64 { return time.Now().Unix() - 1777939200 }
 func (f *faulter) clockFault(n *node, recovery time.Duration) (int, error) {
 	injected := 0
 	for _, off := range []string{"-60s", "60s", "0s"} {
-		out, errOut, code, err := f.c.idctl(10*time.Second, "fault", "clock", "--offset", off, "--target", n.grpcAddr)
+		out, errOut, code, err := f.c.idctl(10*time.Second, "fault", "clock", "--offset", off, "--target", n.GRPC)
 		if err != nil || code != 0 {
-			return injected, fmt.Errorf("idctl fault clock --offset %s on %s: exit %d %v: %s%s", off, n.name, code, err, out, errOut)
+			return injected, fmt.Errorf("idctl fault clock --offset %s on %s: exit %d %v: %s%s", off, n.Name, code, err, out, errOut)
 		}
 		if off == "0s" {
 			break
 		}
 		injected++
-		f.c.logf("  clock of %s moved %s for %v", n.name, off, f.clockHold)
+		f.c.logf("  clock of %s moved %s for %v", n.Name, off, f.clockHold)
 		time.Sleep(f.clockHold)
 	}
-	f.settle("clock reset on "+n.name, recovery)
+	f.settle("clock reset on "+n.Name, recovery)
 	// A node that ran fast may still have a little room left, and looks
 	// healthy until that is used up; wait until its IDs are back near real
 	// time, so a stall it still owes is not blamed on the next fault.
@@ -239,7 +231,7 @@ func (f *faulter) clockFault(n *node, recovery time.Duration) (int, error) {
 		return err == nil && st.GetReady() && st.GetCursor()-nowUnits() <= int64(maxAhead/time.Second)+1
 	})
 	st, _ := n.status(time.Second)
-	f.c.logf("  %s issuing near real time again after %.1fs: %v (cursor %+ds from now)", n.name, time.Since(start).Seconds(), back, st.GetCursor()-nowUnits())
+	f.c.logf("  %s issuing near real time again after %.1fs: %v (cursor %+ds from now)", n.Name, time.Since(start).Seconds(), back, st.GetCursor()-nowUnits())
 	return injected, nil
 }
 
@@ -269,13 +261,13 @@ func (f *faulter) wipe() (int, error) {
 		return 0, fmt.Errorf("no follower")
 	}
 	old := v[n].GetId()
-	if err := n.kill9(); err != nil {
+	if err := n.Crash(); err != nil {
 		return 0, err
 	}
-	if err := os.RemoveAll(n.dataDir); err != nil {
+	if err := os.RemoveAll(n.DataDir); err != nil {
 		return 1, err
 	}
-	if err := f.restart(n); err != nil {
+	if err := n.Restart(); err != nil {
 		return 1, err
 	}
 	var id string
@@ -286,11 +278,11 @@ func (f *faulter) wipe() (int, error) {
 		}
 		return id != ""
 	})
-	f.c.logf("  wiped %s: node ID %s -> %s", n.name, old, id)
+	f.c.logf("  wiped %s: node ID %s -> %s", n.Name, old, id)
 	if id == old {
-		return 1, fmt.Errorf("%s kept node ID %s after its data dir was wiped", n.name, old)
+		return 1, fmt.Errorf("%s kept node ID %s after its data dir was wiped", n.Name, old)
 	}
-	f.settle("wipe of "+n.name, f.reapAfter+30*time.Second)
+	f.settle("wipe of "+n.Name, f.reapAfter+30*time.Second)
 	return 1, nil
 }
 
@@ -314,29 +306,29 @@ func (f *faulter) standbyTakeover() (int, error) {
 		return 0, fmt.Errorf("no slot owner other than the leader")
 	}
 	slot := v[owner].GetSlot()
-	if err := owner.signal(syscall.SIGSTOP); err != nil {
+	if err := owner.Pause(); err != nil {
 		return 0, err
 	}
-	f.c.logf("  paused %s (slot %d); standby %s waits for the slot", owner.name, slot, sb.name)
+	f.c.logf("  paused %s (slot %d); standby %s waits for the slot", owner.Name, slot, sb.Name)
 	start := time.Now()
 	took := waitFor(f.reapAfter+40*time.Second, func() bool {
 		st, err := sb.status(time.Second)
 		return err == nil && st.GetSlot() == slot && st.GetReady()
 	})
 	if took {
-		f.c.logf("  standby %s holds slot %d and is ready %.1fs after the pause", sb.name, slot, time.Since(start).Seconds())
+		f.c.logf("  standby %s holds slot %d and is ready %.1fs after the pause", sb.Name, slot, time.Since(start).Seconds())
 	} else {
-		f.c.logf("  standby %s did not take slot %d within %v: %s", sb.name, slot, f.reapAfter+40*time.Second, f.c.poll())
+		f.c.logf("  standby %s did not take slot %d within %v: %s", sb.Name, slot, f.reapAfter+40*time.Second, f.c.poll())
 	}
-	if err := owner.signal(syscall.SIGCONT); err != nil {
+	if err := owner.Resume(); err != nil {
 		return 1, err
 	}
 	if st, err := owner.status(2 * time.Second); err == nil {
-		f.c.logf("  resumed %s: slot=%d ready=%v reason=%q granted=%d cursor=%d", owner.name, st.GetSlot(), st.GetReady(), st.GetReason(), st.GetGranted(), st.GetCursor())
+		f.c.logf("  resumed %s: slot=%d ready=%v reason=%q granted=%d cursor=%d", owner.Name, st.GetSlot(), st.GetReady(), st.GetReason(), st.GetGranted(), st.GetCursor())
 	}
-	f.settle("SIGCONT of the reaped "+owner.name, f.reapAfter+30*time.Second)
+	f.settle("SIGCONT of the reaped "+owner.Name, f.reapAfter+30*time.Second)
 	if !took {
-		return 1, fmt.Errorf("standby %s never took slot %d of the paused %s", sb.name, slot, owner.name)
+		return 1, fmt.Errorf("standby %s never took slot %d of the paused %s", sb.Name, slot, owner.Name)
 	}
 	return 1, nil
 }
@@ -357,25 +349,25 @@ func (f *faulter) leaveRejoin() (int, error) {
 	var err error
 	deadline := time.Now().Add(30 * time.Second)
 	for tries := 1; ; tries++ {
-		out, errOut, code, err = f.c.idctl(30*time.Second, "leave", "--target", n.grpcAddr)
+		out, errOut, code, err = f.c.idctl(30*time.Second, "leave", "--target", n.GRPC)
 		if err == nil && code == 0 {
 			if tries > 1 {
-				f.c.logf("  leave of %s accepted on try %d", n.name, tries)
+				f.c.logf("  leave of %s accepted on try %d", n.Name, tries)
 			}
 			break
 		}
 		if !strings.Contains(errOut, "quorum") || time.Now().After(deadline) {
-			return 0, fmt.Errorf("idctl leave on %s (try %d): exit %d %v: %s%s", n.name, tries, code, err, out, errOut)
+			return 0, fmt.Errorf("idctl leave on %s (try %d): exit %d %v: %s%s", n.Name, tries, code, err, out, errOut)
 		}
 		time.Sleep(time.Second)
 	}
-	if exitErr, err := n.waitExit(20 * time.Second); err != nil || exitErr != nil {
-		return 1, fmt.Errorf("%s after leave: exit %v, %v", n.name, exitErr, err)
+	if code, err := n.WaitExit(20 * time.Second); err != nil || code != 0 {
+		return 1, fmt.Errorf("%s after leave: exit %d, %v", n.Name, code, err)
 	}
-	f.c.logf("  %s left (slot %d) and exited 0", n.name, v[n].GetSlot())
-	if err := f.restart(n); err != nil {
+	f.c.logf("  %s left (slot %d) and exited 0", n.Name, v[n].GetSlot())
+	if err := n.Restart(); err != nil {
 		return 1, err
 	}
-	f.settle("re-join of "+n.name, f.reapAfter+30*time.Second)
+	f.settle("re-join of "+n.Name, f.reapAfter+30*time.Second)
 	return 1, nil
 }

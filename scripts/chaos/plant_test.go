@@ -20,15 +20,14 @@ func TestVerifyCatchesSplitBrain(t *testing.T) {
 	c := newCluster(t, bin, []string{"--gossip-profile=local", "--datacenter=0"})
 	a := c.add("brain-a", 1, nil)
 	b := c.add("brain-b", 1, nil)
-	c.startNode(a)
-	c.startNode(b)
+	a.Start()
+	b.Start()
 	for _, n := range []*node{a, b} {
 		if !waitFor(30*time.Second, func() bool {
 			st, err := n.status(time.Second)
 			return err == nil && st.GetReady()
 		}) {
-			c.tailLogs(20)
-			t.Fatalf("%s never became ready", n.name)
+			t.Fatalf("%s never became ready", n.Name)
 		}
 	}
 	sa, _ := a.status(time.Second)

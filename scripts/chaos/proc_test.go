@@ -1,21 +1,16 @@
 package chaos
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,222 +21,35 @@ import (
 
 	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
 	"github.com/idgen/idgen/rpc/tlsconf"
+	"github.com/idgen/idgen/scripts/harness"
 )
 
-// binaries are idgend and idctl built from this checkout.
-type binaries struct{ idgend, idctl string }
-
-// moduleRoot is the repository root, two levels above this package.
-func moduleRoot(t testing.TB) string {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
-
-// buildBinaries builds idgend and idctl into a temp dir. Without the commands
-// there is nothing to test: a skip on a developer's machine, a failure in CI.
-func buildBinaries(t testing.TB) binaries {
+// buildBinaries builds idgend and idctl from this checkout;
+// IDGEN_CHAOS_RACE=1 builds them with -race, to catch data races in idgend
+// under chaos.
+func buildBinaries(t testing.TB) harness.Binaries {
 	t.Helper()
-	root := moduleRoot(t)
-	for _, c := range []string{"idgend", "idctl"} {
-		if m, _ := filepath.Glob(filepath.Join(root, "cmd", c, "*.go")); len(m) == 0 {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("cmd/%s has no Go files; the chaos run needs it", c)
-			}
-			t.Skipf("cmd/%s has no Go files yet", c)
-		}
-	}
-	dir := t.TempDir()
-	args := []string{"build", "-o", dir + string(os.PathSeparator)}
 	if os.Getenv("IDGEN_CHAOS_RACE") == "1" {
-		args = append(args, "-race") // catches data races in idgend under chaos
+		return harness.Build(t, "-race")
 	}
-	args = append(args, "./cmd/idgend", "./cmd/idctl")
-	cmd := exec.Command("go", args...)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return binaries{idgend: filepath.Join(dir, "idgend"), idctl: filepath.Join(dir, "idctl")}
+	return harness.Build(t)
 }
 
-// portAllocator hands out loopback ports free for both TCP and UDP (gossip
-// uses both on one port), never the same one twice in a run.
-type portAllocator struct {
-	mu   sync.Mutex
-	used map[int]bool
-}
-
-func (p *portAllocator) next(t testing.TB) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.used == nil {
-		p.used = map[int]bool{}
-	}
-	for i := 0; i < 100; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		l.Close()
-		if err != nil {
-			continue
-		}
-		u.Close()
-		if !p.used[port] {
-			p.used[port] = true
-			return port
-		}
-	}
-	t.Fatal("no free loopback port for TCP and UDP")
-	return 0
-}
-
-// node is one idgend process: its addresses and data dir stay the same across
-// restarts, so a restart is the same node unless its data dir was wiped.
+// node is one idgend process run by scripts/harness (its addresses and data
+// dir stay the same across restarts, so a restart is the same node unless
+// its data dir was wiped), with a gRPC client of its own.
 type node struct {
-	name       string
-	dataDir    string
-	logPath    string
-	grpcAddr   string
-	raftAddr   string
-	gossipAddr string
-	httpAddr   string
-	args       []string
-
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	done    chan struct{}
-	waitErr error
-	paused  bool
-	starts  int
+	*harness.Node
 
 	connOnce sync.Once
 	conn     *grpc.ClientConn
 	creds    grpc.DialOption // the cluster's client credentials
 }
 
-// start runs the process; its output is appended to its log file.
-func (n *node) start(bin string) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.done != nil {
-		select {
-		case <-n.done:
-		default:
-			return fmt.Errorf("%s is already running", n.name)
-		}
-	}
-	f, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(f, "=== chaos: start #%d at %s\n", n.starts+1, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(bin, n.args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	// Own process group; SIGKILL if the test process dies first.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return fmt.Errorf("start %s: %w", n.name, err)
-	}
-	n.starts++
-	n.cmd, n.paused, n.waitErr = cmd, false, nil
-	done := make(chan struct{})
-	n.done = done
-	go func() {
-		err := cmd.Wait()
-		f.Close()
-		n.mu.Lock()
-		n.waitErr = err
-		n.mu.Unlock()
-		close(done)
-	}()
-	return nil
-}
-
-// running reports whether the process is alive (paused or not).
-func (n *node) running() bool {
-	n.mu.Lock()
-	done := n.done
-	n.mu.Unlock()
-	if done == nil {
-		return false
-	}
-	select {
-	case <-done:
-		return false
-	default:
-		return true
-	}
-}
-
-// live reports whether the process runs and is not paused.
-func (n *node) live() bool {
-	n.mu.Lock()
-	paused := n.paused
-	n.mu.Unlock()
-	return n.running() && !paused
-}
-
-func (n *node) signal(sig syscall.Signal) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.cmd == nil || n.cmd.Process == nil {
-		return fmt.Errorf("%s was never started", n.name)
-	}
-	if err := syscall.Kill(n.cmd.Process.Pid, sig); err != nil {
-		return fmt.Errorf("signal %v to %s: %w", sig, n.name, err)
-	}
-	switch sig {
-	case syscall.SIGSTOP:
-		n.paused = true
-	case syscall.SIGCONT:
-		n.paused = false
-	}
-	return nil
-}
-
-// kill9 sends SIGKILL and waits for the process to be gone.
-func (n *node) kill9() error {
-	if !n.running() {
-		return nil
-	}
-	if err := n.signal(syscall.SIGKILL); err != nil {
-		return err
-	}
-	_, err := n.waitExit(10 * time.Second)
-	return err
-}
-
-// waitExit waits up to d for the process to end. It returns the process's
-// exit error (nil for exit 0) and an error only when it is still running.
-func (n *node) waitExit(d time.Duration) (exitErr, err error) {
-	n.mu.Lock()
-	done := n.done
-	n.mu.Unlock()
-	if done == nil {
-		return nil, nil
-	}
-	select {
-	case <-done:
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		n.paused = false
-		return n.waitErr, nil
-	case <-time.After(d):
-		return nil, fmt.Errorf("%s still running after %v", n.name, d)
-	}
-}
-
 func (n *node) client() idgenv1.ClusterServiceClient {
 	n.connOnce.Do(func() {
 		// Short reconnect backoff: nodes restart on the same address all the time.
-		c, err := grpc.NewClient(n.grpcAddr,
+		c, err := grpc.NewClient(n.GRPC,
 			n.creds,
 			grpc.WithConnectParams(grpc.ConnectParams{
 				Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond},
@@ -266,10 +74,10 @@ func (n *node) status(d time.Duration) (*idgenv1.StatusResponse, error) {
 // schedule needs.
 type cluster struct {
 	t     testing.TB
-	bin   binaries
+	bin   harness.Binaries
 	root  string
 	nodes []*node
-	ports portAllocator
+	ports harness.Ports
 	start time.Time
 	// extra flags for every node
 	flags []string
@@ -279,7 +87,7 @@ type cluster struct {
 	creds grpc.DialOption
 }
 
-func newCluster(t testing.TB, bin binaries, flags []string) *cluster {
+func newCluster(t testing.TB, bin harness.Binaries, flags []string) *cluster {
 	root := os.Getenv("IDGEN_CHAOS_LOGDIR")
 	if root == "" {
 		root = t.TempDir()
@@ -294,7 +102,6 @@ func newCluster(t testing.TB, bin binaries, flags []string) *cluster {
 	if os.Getenv("IDGEN_CHAOS_INSECURE") != "1" {
 		c.secure()
 	}
-	t.Cleanup(c.stopAll)
 	return c
 }
 
@@ -338,67 +145,30 @@ func (c *cluster) logf(format string, args ...any) {
 
 // add defines a node; seeds are gossip addresses to join, expect its --bootstrap-expect.
 func (c *cluster) add(name string, expect int, seeds []string, extra ...string) *node {
-	p := func() string { return "127.0.0.1:" + strconv.Itoa(c.ports.next(c.t)) }
-	n := &node{
-		name:       name,
-		dataDir:    filepath.Join(c.root, name, "data"),
-		logPath:    filepath.Join(c.root, name+".log"),
-		grpcAddr:   p(),
-		raftAddr:   p(),
-		gossipAddr: p(),
-		httpAddr:   p(),
-		creds:      c.creds,
-	}
-	n.args = []string{
-		"--name=" + name,
-		"--data-dir=" + n.dataDir,
-		"--grpc-addr=" + n.grpcAddr,
-		"--raft-addr=" + n.raftAddr,
-		"--gossip-addr=" + n.gossipAddr,
-		"--http-addr=" + n.httpAddr,
-		"--advertise=127.0.0.1",
-		"--bootstrap-expect=" + strconv.Itoa(expect),
-		"--log-format=json",
-	}
+	args := []string{"--advertise=127.0.0.1", "--bootstrap-expect=" + strconv.Itoa(expect), "--log-format=json"}
 	if len(seeds) > 0 {
-		n.args = append(n.args, "--join="+strings.Join(seeds, ","))
+		args = append(args, "--join="+strings.Join(seeds, ","))
 	}
-	n.args = append(n.args, c.flags...)
-	n.args = append(n.args, extra...)
-	c.nodes = append(c.nodes, n)
-	return n
-}
-
-func (c *cluster) startNode(n *node) {
-	c.t.Helper()
-	if err := n.start(c.bin.idgend); err != nil {
-		c.t.Fatal(err)
-	}
-}
-
-// stopAll ends every process this cluster started: resumed first so that a
-// paused process takes its SIGKILL, then waited for.
-func (c *cluster) stopAll() {
-	for _, n := range c.nodes {
-		if n.running() {
-			_ = n.signal(syscall.SIGCONT)
-			_ = n.signal(syscall.SIGKILL)
-		}
-	}
-	for _, n := range c.nodes {
-		if _, err := n.waitExit(10 * time.Second); err != nil {
+	args = append(append(args, c.flags...), extra...)
+	n := &node{Node: harness.NewNodeIn(c.t, c.bin, &c.ports, c.root, name, args...), creds: c.creds}
+	// Runs before the harness's own cleanup (a graceful stop, one node at
+	// a time, then the log on failure): a chaos run's nodes need no grace.
+	c.t.Cleanup(func() {
+		if err := n.Crash(); err != nil {
 			c.t.Errorf("cleanup: %v", err)
 		}
 		if n.conn != nil {
 			n.conn.Close()
 		}
-	}
+	})
+	c.nodes = append(c.nodes, n)
+	return n
 }
 
 func (c *cluster) grpcTargets() string {
 	addrs := make([]string, len(c.nodes))
 	for i, n := range c.nodes {
-		addrs[i] = n.grpcAddr
+		addrs[i] = n.GRPC
 	}
 	return strings.Join(addrs, ",")
 }
@@ -411,7 +181,7 @@ func (c *cluster) poll() view {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, n := range c.nodes {
-		if !n.live() {
+		if !n.Live() {
 			continue
 		}
 		wg.Add(1)
@@ -457,7 +227,7 @@ func (v view) String() string {
 		} else if st.GetReason() != "" {
 			r = "(" + st.GetReason() + ")"
 		}
-		parts = append(parts, fmt.Sprintf("%s:%s:slot=%d:%s", n.name, strings.ToLower(st.GetRaftState()), st.GetSlot(), r))
+		parts = append(parts, fmt.Sprintf("%s:%s:slot=%d:%s", n.Name, strings.ToLower(st.GetRaftState()), st.GetSlot(), r))
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, " ")
@@ -468,7 +238,7 @@ func (v view) String() string {
 func (c *cluster) healthy(v view) bool {
 	live := 0
 	for _, n := range c.nodes {
-		if n.live() {
+		if n.Live() {
 			live++
 		}
 	}
@@ -550,48 +320,11 @@ func (c *cluster) waitHealthy(d time.Duration) (time.Duration, error) {
 
 // waitFor polls cond until it holds or d passes.
 func waitFor(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	return harness.Poll(d, 250*time.Millisecond, cond)
 }
 
-// idctl runs idctl with a deadline and returns its stdout, stderr and exit code.
+// idctl runs idctl as the cluster's admin with a deadline and returns its
+// stdout, stderr and exit code.
 func (c *cluster) idctl(d time.Duration, args ...string) (string, string, int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, c.bin.idctl, args...)
-	cmd.Env = append(os.Environ(), c.env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return out.String(), errb.String(), ee.ExitCode(), nil
-	}
-	if err != nil {
-		return out.String(), errb.String(), -1, err
-	}
-	return out.String(), errb.String(), 0, nil
-}
-
-// tailLogs logs the last lines of every node's log (on failure).
-func (c *cluster) tailLogs(lines int) {
-	for _, n := range c.nodes {
-		b, err := os.ReadFile(n.logPath)
-		if err != nil {
-			continue
-		}
-		ls := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-		if len(ls) > lines {
-			ls = ls[len(ls)-lines:]
-		}
-		c.t.Logf("---- %s (%s)\n%s", n.name, n.logPath, strings.Join(ls, "\n"))
-	}
+	return harness.Exec(d, c.env, c.bin.Idctl, args...)
 }

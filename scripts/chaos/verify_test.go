@@ -46,7 +46,7 @@ type verifier struct {
 
 // startVerify starts idctl verify against c's nodes for d at rate IDs/s.
 func startVerify(c *cluster, d time.Duration, rate int) (*verifier, error) {
-	idctl, target := c.bin.idctl, c.grpcTargets()
+	idctl, target := c.bin.Idctl, c.grpcTargets()
 	v := &verifier{done: make(chan struct{}), budget: d}
 	// About 25 calls a second whatever the rate: a realistic client batches,
 	// and four calls in flight keep up with it on two cores. Every eighth

@@ -5,6 +5,8 @@
 package harness
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -74,17 +76,26 @@ func (p *Ports) Next(t testing.TB) int {
 	return 0
 }
 
+// Errors of a Proc used the wrong way round.
+var (
+	ErrNotStarted   = errors.New("never started")
+	ErrRunning      = errors.New("already running")
+	ErrStillRunning = errors.New("still running")
+)
+
 // Proc is one process of a test, its output appended to a log file. It can
-// be started again after it exits.
+// be started again after it exits, and paused and resumed meanwhile.
 type Proc struct {
 	t       testing.TB
 	name    string
 	logPath string
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error // Wait's result once done is closed
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   chan struct{}
+	err    error // Wait's result once done is closed
+	paused bool
+	starts int
 }
 
 // NewProc returns a process named name (for messages) that logs to logPath.
@@ -95,37 +106,67 @@ func NewProc(t testing.TB, name, logPath string) *Proc {
 // Run starts bin with args, appending its output to the log file.
 func (p *Proc) Run(bin string, args ...string) {
 	p.t.Helper()
-	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
+	if err := p.Spawn(bin, args...); err != nil {
 		p.t.Fatal(err)
 	}
-	p.Launch(exec.Command(bin, args...), f)
+}
+
+// Spawn is Run without failing the test, for goroutines other than the
+// test's: it returns ErrRunning while the process runs.
+func (p *Proc) Spawn(bin string, args ...string) error {
+	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	return p.launch(exec.Command(bin, args...), f)
 }
 
 // Launch starts cmd with its output in f (closed when cmd exits) and
 // watches it.
 func (p *Proc) Launch(cmd *exec.Cmd, f *os.File) {
 	p.t.Helper()
+	if err := p.launch(cmd, f); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+func (p *Proc) launch(cmd *exec.Cmd, f *os.File) error {
+	if p.Running() {
+		f.Close()
+		return fmt.Errorf("start %s: %w", p.name, ErrRunning)
+	}
+	p.mu.Lock()
+	p.starts++
+	n := p.starts
+	p.mu.Unlock()
+	// A restart shows in the log where it happened.
+	fmt.Fprintf(f, "=== harness: start #%d at %s\n", n, time.Now().Format(time.RFC3339Nano))
 	cmd.Stdout, cmd.Stderr = f, f
+	if cmd.SysProcAttr == nil {
+		// Own process group, and SIGKILL if the test process dies first.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	}
 	if err := cmd.Start(); err != nil {
 		f.Close()
-		p.t.Fatal(err)
+		return fmt.Errorf("start %s: %w", p.name, err)
 	}
 	done := make(chan struct{})
 	p.mu.Lock()
-	p.cmd, p.done = cmd, done
+	p.cmd, p.done, p.err, p.paused = cmd, done, nil, false
 	p.mu.Unlock()
 	go func() {
 		err := cmd.Wait()
 		f.Close()
 		p.mu.Lock()
-		p.err = err
+		p.err, p.paused = err, false
 		p.mu.Unlock()
 		close(done)
 	}()
+	return nil
 }
 
-// Running reports whether the process has been started and not exited.
+// Running reports whether the process has been started and not exited
+// (paused or not).
 func (p *Proc) Running() bool {
 	p.mu.Lock()
 	done := p.done
@@ -141,51 +182,122 @@ func (p *Proc) Running() bool {
 	}
 }
 
-// Signal sends sig to the process, if it runs.
-func (p *Proc) Signal(sig os.Signal) {
+// Pid is the process's id while it runs, 0 otherwise.
+func (p *Proc) Pid() int {
+	if !p.Running() {
+		return 0
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.cmd != nil && p.cmd.Process != nil {
-		p.cmd.Process.Signal(sig)
-	}
+	return p.cmd.Process.Pid
 }
+
+// Live reports whether the process runs and is not paused.
+func (p *Proc) Live() bool {
+	return p.Running() && !p.Paused()
+}
+
+// Paused reports whether the process was paused and not resumed since.
+func (p *Proc) Paused() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.paused
+}
+
+// Signal sends sig to the process: ErrNotStarted before its first start,
+// os.ErrProcessDone once it has exited.
+func (p *Proc) Signal(sig os.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return fmt.Errorf("signal %v to %s: %w", sig, p.name, ErrNotStarted)
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("signal %v to %s: %w", sig, p.name, err)
+	}
+	switch sig {
+	case syscall.SIGSTOP:
+		p.paused = true
+	case syscall.SIGCONT:
+		p.paused = false
+	}
+	return nil
+}
+
+// Pause stops the process with SIGSTOP, as a long GC pause or a frozen VM
+// would: it holds its ports and answers nothing until Resume.
+func (p *Proc) Pause() error { return p.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused process with SIGCONT.
+func (p *Proc) Resume() error { return p.Signal(syscall.SIGCONT) }
 
 // Wait waits up to d for the process to exit and returns its exit code.
 func (p *Proc) Wait(d time.Duration) int {
 	p.t.Helper()
+	code, err := p.WaitExit(d)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return code
+}
+
+// WaitExit is Wait without failing the test: the exit code, or
+// ErrNotStarted, ErrStillRunning after d, or why the wait failed.
+func (p *Proc) WaitExit(d time.Duration) (int, error) {
 	p.mu.Lock()
 	done := p.done
 	p.mu.Unlock()
+	if done == nil {
+		return 0, fmt.Errorf("wait for %s: %w", p.name, ErrNotStarted)
+	}
 	select {
 	case <-done:
 	case <-time.After(d):
-		p.t.Fatalf("%s did not exit within %s", p.name, d)
+		return 0, fmt.Errorf("%s did not exit within %s: %w", p.name, d, ErrStillRunning)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var ee *exec.ExitError
 	if errors.As(p.err, &ee) {
-		return ee.ExitCode()
+		return ee.ExitCode(), nil
 	}
 	if p.err != nil {
-		p.t.Fatalf("%s: %v", p.name, p.err)
+		return 0, fmt.Errorf("%s: %w", p.name, p.err)
 	}
-	return 0
+	return 0, nil
 }
 
 // Kill sends SIGKILL and waits for the process to be gone.
 func (p *Proc) Kill() {
 	p.t.Helper()
-	p.Signal(syscall.SIGKILL)
-	p.Wait(10 * time.Second)
+	if err := p.Crash(); err != nil {
+		p.t.Fatal(err)
+	}
 }
 
-// Stop sends SIGTERM, then SIGKILL after ten seconds.
+// Crash is Kill without failing the test: SIGKILL, paused or not, and a
+// wait of up to ten seconds. A process that is not running is left as is.
+func (p *Proc) Crash() error {
+	if !p.Running() {
+		return nil
+	}
+	if err := p.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	_, err := p.WaitExit(10 * time.Second)
+	return err
+}
+
+// Stop sends SIGTERM (resuming a paused process, which could not act on
+// it), then SIGKILL after ten seconds.
 func (p *Proc) Stop() {
 	if !p.Running() {
 		return
 	}
 	p.Signal(syscall.SIGTERM)
+	if p.Paused() {
+		p.Resume()
+	}
 	p.mu.Lock()
 	done := p.done
 	p.mu.Unlock()
@@ -231,13 +343,22 @@ type Node struct {
 // a short shutdown; it is stopped (and its log shown on failure) when t ends.
 func NewNode(t testing.TB, bin Binaries, ports *Ports, name string, extra ...string) *Node {
 	t.Helper()
-	dir := t.TempDir()
+	return NewNodeIn(t, bin, ports, t.TempDir(), name,
+		append([]string{"--gossip-profile", "local", "--shutdown-timeout", "2s"}, extra...)...)
+}
+
+// NewNodeIn prepares a node on fresh ports with exactly the flags extra,
+// its data in dir/name/data and its log in dir/name.log (dir may outlive
+// the test, to keep logs). It is stopped (and its log shown on failure)
+// when t ends.
+func NewNodeIn(t testing.TB, bin Binaries, ports *Ports, dir, name string, extra ...string) *Node {
+	t.Helper()
 	addr := func() string { return "127.0.0.1:" + strconv.Itoa(ports.Next(t)) }
 	n := &Node{
 		Proc: NewProc(t, name, filepath.Join(dir, name+".log")),
-		bin:  bin.Idgend, Name: name, DataDir: filepath.Join(dir, "data"),
+		bin:  bin.Idgend, Name: name, DataDir: filepath.Join(dir, name, "data"),
 		GRPC: addr(), Raft: addr(), Gossip: addr(), HTTP: addr(),
-		Extra: append([]string{"--gossip-profile", "local", "--shutdown-timeout", "2s"}, extra...),
+		Extra: extra,
 	}
 	t.Cleanup(func() {
 		n.Stop()
@@ -260,6 +381,11 @@ func (n *Node) Args() []string {
 func (n *Node) Start() {
 	n.t.Helper()
 	n.Run(n.bin, n.Args()...)
+}
+
+// Restart is Start without failing the test, for fault injectors.
+func (n *Node) Restart() error {
+	return n.Spawn(n.bin, n.Args()...)
 }
 
 // Get fetches path from the node's HTTP admin port: the status code and
@@ -324,13 +450,44 @@ func StartCluster(t testing.TB, bin Binaries, ports *Ports, count int, extra ...
 // WaitFor polls cond until it holds or d passes, then fails t.
 func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !Poll(d, 50*time.Millisecond, cond) {
+		t.Fatalf("timed out after %s waiting for %s", d, what)
+	}
+}
+
+// Poll calls cond every interval until it holds (true) or d passes (false).
+func Poll(d, every time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
+			return false
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(every)
 	}
+	return true
+}
+
+// Exec runs bin with args and env (added to this process's) for at most
+// d, and returns its stdout, stderr and exit code; err only when it could
+// not run or was cut off at d.
+func Exec(d time.Duration, env []string, bin string, args ...string) (stdout, stderr string, code int, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err = cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		return out.String(), errb.String(), -1, fmt.Errorf("%s %s: %w", filepath.Base(bin), strings.Join(args, " "), ctx.Err())
+	case errors.As(err, &ee):
+		return out.String(), errb.String(), ee.ExitCode(), nil
+	case err != nil:
+		return out.String(), errb.String(), -1, err
+	}
+	return out.String(), errb.String(), 0, nil
 }
 
 // Tool finds an external test tool on PATH or in $(go env GOPATH)/bin. It
