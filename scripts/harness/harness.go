@@ -50,6 +50,15 @@ type Ports struct {
 // use, so a clash with another process is possible but rare.
 func (p *Ports) Next(t testing.TB) int {
 	t.Helper()
+	port, err := p.Free()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
+}
+
+// Free is Next without a test, for commands (ErrNoPort when none is found).
+func (p *Ports) Free() (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.used == nil {
@@ -58,7 +67,7 @@ func (p *Ports) Next(t testing.TB) int {
 	for range 100 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatal(err)
+			return 0, err
 		}
 		port := l.Addr().(*net.TCPAddr).Port
 		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
@@ -69,15 +78,15 @@ func (p *Ports) Next(t testing.TB) int {
 		u.Close()
 		if !p.used[port] {
 			p.used[port] = true
-			return port
+			return port, nil
 		}
 	}
-	t.Fatal("no free loopback port for TCP and UDP")
-	return 0
+	return 0, ErrNoPort
 }
 
-// Errors of a Proc used the wrong way round.
+// Errors of a Proc used the wrong way round, and of Ports.
 var (
+	ErrNoPort       = errors.New("no free loopback port for TCP and UDP")
 	ErrNotStarted   = errors.New("never started")
 	ErrRunning      = errors.New("already running")
 	ErrStillRunning = errors.New("still running")
@@ -99,6 +108,8 @@ type Proc struct {
 }
 
 // NewProc returns a process named name (for messages) that logs to logPath.
+// t may be nil outside a test (the benchmark command): then only the
+// methods that return errors, and Stop, may be used.
 func NewProc(t testing.TB, name, logPath string) *Proc {
 	return &Proc{t: t, name: name, logPath: logPath}
 }

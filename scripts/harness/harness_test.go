@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -128,5 +129,27 @@ func TestExec(t *testing.T) {
 	}
 	if took := time.Since(start); took > 10*time.Second {
 		t.Errorf("Exec past a 100ms bound took %v", took)
+	}
+}
+
+// TestPortsNeverRepeat: ports handed out are never handed out again, and
+// each was free for TCP and UDP when handed out.
+func TestPortsNeverRepeat(t *testing.T) {
+	var p Ports
+	seen := map[int]bool{}
+	for range 20 {
+		port, err := p.Free()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[port] {
+			t.Fatalf("port %d handed out twice", port)
+		}
+		seen[port] = true
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			t.Fatalf("port %d not free for TCP: %v", port, err)
+		}
+		l.Close()
 	}
 }

@@ -20,11 +20,11 @@ import (
 	"time"
 
 	"github.com/idgen/idgen/rpc/tlsconf"
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 var (
 	errUsage      = errors.New("usage")
-	errNoPort     = errors.New("no free loopback port for TCP and UDP")
 	errNotRunning = errors.New("process not running")
 	errNotHere    = errors.New("perf: not supported by the benchmark server")
 	errNotReady   = errors.New("did not become ready in time")
@@ -91,6 +91,7 @@ type bench struct {
 	idgend, root string
 	log          io.Writer
 	procs        []*proc
+	ports        harness.Ports
 	rows         []row
 	keep         bool
 	bareRSS      int64         // a bare gRPC server's resident set after its benchmark
@@ -104,7 +105,7 @@ func (b *bench) add(what, value, baseline, ratio string) {
 
 func (b *bench) cleanup() {
 	for _, p := range b.procs {
-		p.stop()
+		p.Stop()
 	}
 	if !b.keep {
 		os.RemoveAll(b.root)
@@ -139,12 +140,12 @@ func (b *bench) server(kind, tlsDir string) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := b.ports.Free()
 	if err != nil {
 		return nil, err
 	}
-	p := &proc{name: kind, bin: self, grpc: addr(port), log: filepath.Join(b.root, kind+".log"),
-		args: []string{"serve", kind, addr(port)}}
+	p := newProc(self, b.root, kind)
+	p.grpc, p.args = addr(port), []string{"serve", kind, addr(port)}
 	if tlsDir != "" {
 		p.args = append(p.args, tlsDir)
 	}
@@ -231,8 +232,8 @@ func (b *bench) calls() error {
 				b.bareRSS = rss
 			}
 		}
-		stack.stop()
-		bare.stop()
+		stack.Stop()
+		bare.Stop()
 	}
 	return nil
 }

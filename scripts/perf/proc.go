@@ -3,143 +3,67 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
+	"github.com/idgen/idgen/scripts/harness"
 )
 
-// freePort is a loopback port free for TCP and UDP (gossip uses both).
-func freePort() (int, error) {
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		l.Close()
-		if err == nil {
-			u.Close()
-			return port, nil
-		}
-	}
-	return 0, errNoPort
-}
-
-// proc is one process of the run: an idgend node (same data dir and ports
-// across restarts) or a benchmark server.
+// proc is one process of the run, started and signalled by scripts/harness:
+// an idgend node (same data dir and ports across restarts) or a benchmark
+// server.
 type proc struct {
+	*harness.Proc
 	name                     string
 	grpc, raft, gossip, http string
 	args                     []string
 	bin                      string
-	log                      string
-	cmd                      *exec.Cmd
-	done                     chan struct{}
-	started                  time.Time
 }
 
 func addr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
 
-// newNode prepares an idgend node under root.
-func newNode(bin, root, name string, expect int) (*proc, error) {
-	var ports [4]int
-	for i := range ports {
-		p, err := freePort()
+// newProc prepares a process of bin logging to root/name.log.
+func newProc(bin, root, name string) *proc {
+	return &proc{Proc: harness.NewProc(nil, name, filepath.Join(root, name+".log")), name: name, bin: bin}
+}
+
+// newNode prepares an idgend node under root on ports from ports.
+func newNode(ports *harness.Ports, bin, root, name string, expect int) (*proc, error) {
+	var a [4]string
+	for i := range a {
+		p, err := ports.Free()
 		if err != nil {
 			return nil, err
 		}
-		ports[i] = p
+		a[i] = addr(p)
 	}
-	n := &proc{name: name, bin: bin, grpc: addr(ports[0]), raft: addr(ports[1]), gossip: addr(ports[2]), http: addr(ports[3]),
-		log: filepath.Join(root, name+".log")}
+	n := newProc(bin, root, name)
+	n.grpc, n.raft, n.gossip, n.http = a[0], a[1], a[2], a[3]
 	n.args = []string{"--name", name, "--data-dir", filepath.Join(root, name),
 		"--grpc-addr", n.grpc, "--raft-addr", n.raft, "--gossip-addr", n.gossip, "--http-addr", n.http,
 		"--bootstrap-expect", strconv.Itoa(expect), "--gossip-profile", "local", "--shutdown-timeout", "2s"}
 	return n, nil
 }
 
-func (p *proc) start() error {
-	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(p.bin, p.args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	p.started = time.Now()
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return err
-	}
-	p.cmd, p.done = cmd, make(chan struct{})
-	done := p.done
-	go func() { cmd.Wait(); f.Close(); close(done) }()
-	return nil
-}
-
-func (p *proc) running() bool {
-	if p.done == nil {
-		return false
-	}
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// signal sends sig and, for SIGKILL and SIGTERM, waits for the exit.
-func (p *proc) signal(sig syscall.Signal) {
-	if !p.running() {
-		return
-	}
-	p.cmd.Process.Signal(sig)
-	if sig == syscall.SIGKILL || sig == syscall.SIGTERM {
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			p.cmd.Process.Kill()
-			<-p.done
-		}
-	}
-}
-
-func (p *proc) kill() { p.signal(syscall.SIGKILL) }
-func (p *proc) stop() { p.signal(syscall.SIGTERM) }
-
-func (p *proc) pid() int {
-	if !p.running() {
-		return 0
-	}
-	return p.cmd.Process.Pid
-}
+func (p *proc) start() error { return p.Spawn(p.bin, p.args...) }
 
 // ready is GET /readyz == 200.
 func (p *proc) ready() bool {
-	c := http.Client{Timeout: 500 * time.Millisecond}
-	resp, err := c.Get("http://" + p.http + "/readyz")
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	code, _ := harness.HTTPGet(p.http, "/readyz")
+	return code == http.StatusOK
 }
 
 // cpuRSS reads the process's CPU time so far and its resident set.
 func (p *proc) cpuRSS() (time.Duration, int64, error) {
-	pid := p.pid()
+	pid := p.Pid()
 	if pid == 0 {
 		return 0, 0, errNotRunning
 	}
@@ -162,7 +86,7 @@ func (p *proc) cpuRSS() (time.Duration, int64, error) {
 // leaderOf asks the nodes for the Raft leader's name.
 func leaderOf(nodes []*proc) *proc {
 	for _, n := range nodes {
-		if !n.running() {
+		if !n.Running() {
 			continue
 		}
 		conn, err := grpc.NewClient(n.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -191,12 +115,5 @@ func leaderOf(nodes []*proc) *proc {
 
 // waitUntil polls cond every 10 ms until it holds or d passes.
 func waitUntil(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
+	return harness.Poll(d, 10*time.Millisecond, cond)
 }

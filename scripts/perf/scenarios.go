@@ -22,7 +22,7 @@ func (b *bench) bareStartup() error {
 	if err != nil {
 		return err
 	}
-	defer p.stop()
+	defer p.Stop()
 	c, done, err := rawClient(p.grpc, nil)
 	if err != nil {
 		return err
@@ -36,7 +36,7 @@ func (b *bench) bareStartup() error {
 }
 
 func (b *bench) node(name string, expect int) (*proc, error) {
-	n, err := newNode(b.idgend, b.root, name, expect)
+	n, err := newNode(&b.ports, b.idgend, b.root, name, expect)
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +88,7 @@ func (b *bench) lone() error {
 		return err
 	}
 	b.sustained([]*proc{n}, 8*time.Second)
-	n.kill()
+	n.Crash()
 	t0 = time.Now()
 	if err := n.start(); err != nil {
 		return err
@@ -96,7 +96,7 @@ func (b *bench) lone() error {
 	if err := b.startTimes("1 node restarted from its data after kill -9", n, t0, time.Second); err != nil {
 		return err
 	}
-	n.stop()
+	n.Stop()
 	return nil
 }
 
@@ -200,7 +200,7 @@ func (b *bench) three() error {
 	lat, kfailed, err := poolRun(target(nodes), rate, 10*time.Second, time.Second, 3*time.Second, func() {
 		if killed = leaderOf(nodes); killed != nil {
 			fmt.Fprintf(b.log, "perf: kill -9 of the leader %s\n", killed.name)
-			killed.kill()
+			killed.Crash()
 			time.Sleep(2 * time.Second)
 			killed.start()
 		}
@@ -243,7 +243,7 @@ func (b *bench) three() error {
 		fmt.Sprintf("idle %s; bare gRPC server %s", mib(mean(idleRSS)), mib(float64(b.bareRSS))), ratio(mean(rss), float64(b.bareRSS)))
 
 	for _, n := range nodes {
-		n.kill()
+		n.Crash()
 	}
 	var last time.Time
 	for _, n := range nodes {
@@ -258,7 +258,7 @@ func (b *bench) three() error {
 	}
 	b.add("3 nodes killed (-9) and restarted, last start to every node's first ID", ms(d), "bare gRPC server start "+ms(b.bareStart), "goal 3000 ms")
 	for _, n := range nodes {
-		n.stop()
+		n.Stop()
 	}
 	return nil
 }
@@ -271,7 +271,7 @@ func (b *bench) eight() error {
 	}
 	b.sustained(nodes, 8*time.Second)
 	for _, n := range nodes {
-		n.stop()
+		n.Stop()
 	}
 	return nil
 }
