@@ -1,9 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -196,26 +193,15 @@ func runBin(t *testing.T, name string, args ...string) (string, string, int) {
 	return runBinEnv(t, nil, name, args...)
 }
 
+// runBinEnv is runBin with env added to this process's; a run that cannot
+// start or outlives its minute fails the test.
 func runBinEnv(t *testing.T, env []string, name string, args ...string) (string, string, int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	if env != nil {
-		cmd.Env = append(os.Environ(), env...)
-	}
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	case err != nil:
+	out, errOut, code, err := harness.Exec(60*time.Second, env, name, args...)
+	if err != nil {
 		t.Fatalf("%s %v: %v", name, args, err)
 	}
-	return out.String(), errb.String(), code
+	return out, errOut, code
 }
 
 // idctl runs idctl and returns stdout, stderr and the exit code.
