@@ -1,7 +1,8 @@
-// Package harness starts real idgend processes for tests: it builds the
-// binaries from this checkout, hands out loopback ports, runs nodes with
-// their output in a log file, and waits on conditions with deadlines.
-// It is for tests only; nothing in the product imports it.
+// Package harness starts real idgend processes for tests, the chaos run and
+// the benchmark command: it builds the binaries from this checkout, hands
+// out loopback ports, runs nodes with their output in a log file, pauses,
+// kills and restarts them, and waits on conditions with deadlines. Nothing
+// in the product imports it.
 package harness
 
 import (
