@@ -89,7 +89,7 @@ func commandList() []command {
 		{name: "ids", args: "-n N [--base62] [--batch B] [--code-key-file F [--code-tweak T]]", help: "fetch N IDs through the client library (round robin over every target address); with a key file, codes are encrypted", bind: bindIDs},
 		{name: "decode", args: "ID|CODE... [--base62] [--code-key-file F [--code-tweak T]]", help: "take IDs (decimal) or codes (base62) apart; all-digit input is decimal unless --base62; with a key file, every argument is an encrypted code", bind: bindDecode},
 		{name: "keygen", args: "[--out FILE]", help: "a random 32-byte key, base64, for --code-key-file or --gossip-key", bind: bindKeygen},
-		{name: "verify", args: "--duration D --rate R [--batch N] [--concurrency C]", help: "load the target and check every acknowledged ID: no duplicates, all inside Raft-granted windows", bind: bindVerify},
+		{name: "verify", args: "--duration D --rate R [--batch N[,N...]] [--concurrency C]", help: "load the target and check every acknowledged ID: no duplicates, each inside a window the Raft log granted to the node that served it, no malformed batch (--batch 0 draws the nodes' buffered batches)", bind: bindVerify},
 		{name: "history", help: "the slot tenures the Raft log granted, merged from every target address", bind: noFlags(runHistory)},
 		{name: "fault", args: "clock --offset D", help: "move the node's clock (only with idgend --enable-fault-injection); --offset 0 resets it", bind: bindFault},
 		{name: "tls", args: "ca create --dir DIR | cert create --dir DIR --role server|client|admin --name NAME [--dns NAMES] [--ip IPS] [--days N]", help: "make the cluster's CA and its certificates (standard library crypto; keys are written 0600)", bind: bindTLS},
