@@ -175,7 +175,7 @@ func TestWipedSeedNeverJoinsItsOldCluster(t *testing.T) {
 	}
 	waitFor(t, 30*time.Second, "the wiped seed to report the conflict", func() bool {
 		_, reason := wiped.Ready()
-		return contains(reason, oldCluster) && contains(reason, "cluster conflict")
+		return strings.Contains(reason, oldCluster) && strings.Contains(reason, "cluster conflict")
 	})
 	if _, _, err := wiped.NextBatch(context.Background(), 1); !errors.Is(err, ErrClusterConflict) {
 		t.Fatalf("the younger cluster's node still issues: %v", err)
@@ -204,8 +204,6 @@ func TestWipedSeedNeverJoinsItsOldCluster(t *testing.T) {
 	tc.issue(b, 100)
 	tc.issue(tc.node("c"), 100)
 }
-
-func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
 // TestLeaderAnswersOnlyAfterBarrier: until a new leader's Barrier has applied
 // everything earlier leaders committed, its state may lag, and a "not owner"
