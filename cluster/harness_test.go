@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idgen/idgen/generator"
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 // localForwarder delivers forwarded commands in-process, standing in for the
@@ -49,7 +49,7 @@ func (f *localForwarder) set(addr string, n *Node) {
 
 // testCluster runs real nodes (Raft over TCP, memberlist) on loopback.
 type testCluster struct {
-	t     *testing.T
+	t     testing.TB
 	fwd   *localForwarder
 	mu    sync.Mutex
 	specs map[string]*nodeSpec
@@ -65,7 +65,7 @@ type nodeSpec struct {
 	lastIndex uint64
 }
 
-func newTestCluster(t *testing.T) *testCluster {
+func newTestCluster(t testing.TB) *testCluster {
 	tc := &testCluster{t: t, fwd: &localForwarder{byAddr: map[string]*Node{}}, specs: map[string]*nodeSpec{}, seen: map[int64]issuer{}}
 	t.Cleanup(func() {
 		tc.mu.Lock()
@@ -79,24 +79,12 @@ func newTestCluster(t *testing.T) *testCluster {
 	return tc
 }
 
-// freePort returns a port free for both TCP and UDP on 127.0.0.1 (memberlist needs both).
-func freePort(t *testing.T) int {
+// freePort returns a port free for both TCP and UDP on 127.0.0.1 (memberlist
+// needs both), from below the ephemeral range so that a stopped node can
+// always take it back (harness.NextPort).
+func freePort(t testing.TB) int {
 	t.Helper()
-	for i := 0; i < 50; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		l.Close()
-		if err == nil {
-			u.Close()
-			return port
-		}
-	}
-	t.Fatal("no free port")
-	return 0
+	return harness.NextPort(t)
 }
 
 // add configures a node; join lists names of nodes whose gossip addresses to join.
@@ -127,7 +115,7 @@ func (tc *testCluster) add(name string, expect int, join ...string) *nodeSpec {
 	return s
 }
 
-func testLogger(t *testing.T, name string) *slog.Logger {
+func testLogger(t testing.TB, name string) *slog.Logger {
 	level := slog.LevelWarn
 	if os.Getenv("IDGEN_TEST_VERBOSE") != "" {
 		level = slog.LevelDebug
@@ -160,29 +148,26 @@ func (tc *testCluster) stop(name string) {
 
 func (tc *testCluster) node(name string) *Node { return tc.specs[name].node }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+// waitFor polls cond until it holds or the deadline (timeout times
+// IDGEN_TEST_SLOWDOWN, harness.Scale) passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	harness.WaitFor(t, timeout, what, cond)
 }
 
-func waitReady(t *testing.T, n *Node) {
+// waitReady waits up to harness.Scale(30s) for n to be ready.
+func waitReady(t testing.TB, n *Node) {
 	t.Helper()
 	var reason string
-	deadline := time.Now().Add(30 * time.Second)
+	limit := harness.Scale(30 * time.Second)
+	deadline := time.Now().Add(limit)
 	for {
 		var ok bool
 		if ok, reason = n.Ready(); ok {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready after 30s: %s (status %+v)", n.Name(), reason, n.Status())
+			t.Fatalf("%s not ready after %v%s: %s (status %+v)", n.Name(), limit, harness.SlowdownNote(), reason, n.Status())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

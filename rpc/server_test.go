@@ -21,6 +21,7 @@ import (
 
 	"github.com/idgen/idgen/cluster"
 	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 type testServer struct {
@@ -70,19 +71,22 @@ func startServer(t *testing.T, b Backend, cfg ServerConfig) *testServer {
 	return &testServer{srv: srv, reg: reg, conn: conn, addr: lis.Addr().String()}
 }
 
+// ctxT is a context for one test call: 5 s times IDGEN_TEST_SLOWDOWN.
 func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), harness.Scale(5*time.Second))
 	t.Cleanup(cancel)
 	return ctx
 }
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor polls cond until it holds or the deadline (5 s times
+// IDGEN_TEST_SLOWDOWN, harness.Scale) passes.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	limit := harness.Scale(5 * time.Second)
+	deadline := time.Now().Add(limit)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			t.Fatalf("timed out after %v%s waiting for %s", limit, harness.SlowdownNote(), what)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -102,7 +102,7 @@ func TestTwentyEncryptedCodesInARow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), scale(20*time.Second))
 	defer cancel()
 	codes, ids = nil, nil
 	for range 20 {

@@ -15,7 +15,7 @@ import (
 func drawNodes(c *idclient.Client) map[string]bool {
 	seen := map[string]bool{}
 	for range 9 {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), scale(5*time.Second))
 		b, err := c.FetchBatch(ctx, 2)
 		cancel()
 		if err == nil {

@@ -41,8 +41,8 @@ func TestMain(m *testing.M) {
 func bin(name string) string { return filepath.Join(binDir, name) }
 
 // freePorts returns n ports free for TCP and UDP on 127.0.0.1 (gossip uses
-// both). They are released before use; a clash with another process is
-// possible but rare.
+// both), from below the ephemeral range so that a killed node can always
+// take them back, never the same twice in the test process (harness.Ports).
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
 	var p harness.Ports
@@ -141,11 +141,16 @@ func (n *node) ready() bool {
 	return code == http.StatusOK
 }
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor polls cond until it holds or the deadline (d times
+// IDGEN_TEST_SLOWDOWN, harness.Scale) passes.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	harness.WaitFor(t, d, what, cond)
 }
+
+// scale is d times IDGEN_TEST_SLOWDOWN (harness.Scale), for the tests'
+// own deadlines.
+func scale(d time.Duration) time.Duration { return harness.Scale(d) }
 
 // startCluster starts n nodes whose first min(n,3) bootstrap together, and
 // waits until every one of them is ready.
@@ -194,10 +199,10 @@ func runBin(t *testing.T, name string, args ...string) (string, string, int) {
 }
 
 // runBinEnv is runBin with env added to this process's; a run that cannot
-// start or outlives its minute fails the test.
+// start or outlives its minute (scaled by IDGEN_TEST_SLOWDOWN) fails the test.
 func runBinEnv(t *testing.T, env []string, name string, args ...string) (string, string, int) {
 	t.Helper()
-	out, errOut, code, err := harness.Exec(60*time.Second, env, name, args...)
+	out, errOut, code, err := harness.Exec(harness.Scale(60*time.Second), env, name, args...)
 	if err != nil {
 		t.Fatalf("%s %v: %v", name, args, err)
 	}

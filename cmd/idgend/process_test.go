@@ -188,7 +188,7 @@ func TestThreeNodeCluster(t *testing.T) {
 			t.Fatalf("fault without --enable-fault-injection: exit %d: %s", code, errOut)
 		}
 		// Nothing changed: still three members, the node still serves.
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), scale(5*time.Second))
 		defer cancel()
 		m, err := admin.Members(ctx, &idgenv1.MembersRequest{})
 		if err != nil || len(m.GetMembers()) != 3 {
@@ -227,7 +227,7 @@ func TestThreeNodeCluster(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for !stop.Load() {
-					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+					ctx, cancel := context.WithTimeout(context.Background(), scale(3*time.Second))
 					id, err := pool.NextID(ctx)
 					cancel()
 					mu.Lock()

@@ -117,7 +117,7 @@ func TestSecurityFromOutside(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), scale(5*time.Second))
 		defer cancel()
 		_, err = idgenv1.NewPeerServiceClient(conn).Apply(ctx, &idgenv1.ApplyRequest{Command: []byte{1}})
 		if status.Code(err) != codes.Unavailable {
@@ -139,7 +139,7 @@ func TestSecurityFromOutside(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), scale(5*time.Second))
 			_, err = idgenv1.NewPeerServiceClient(conn).Apply(ctx, &idgenv1.ApplyRequest{Command: []byte{1}})
 			cancel()
 			conn.Close()

@@ -129,7 +129,7 @@ func TestWipedSeedStopsAndIsNeverAdded(t *testing.T) {
 	}
 	defer conn.Close()
 	for _, count := range []uint32{0, 7} {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), scale(5*time.Second))
 		_, err := idgenv1.NewIDServiceClient(conn).GetIDBatch(ctx, &idgenv1.GetIDBatchRequest{Count: count})
 		cancel()
 		if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "cluster conflict") {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/idgen/idgen/rpc"
 	"github.com/idgen/idgen/rpc/rpctest"
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 type node struct {
@@ -33,12 +34,15 @@ func startNodeReady(t testing.TB, slot int, cfg rpc.ServerConfig, ready bool, re
 	return &node{fake: f, srv: srv, addr: addr}
 }
 
+// waitFor polls cond until it holds or the deadline (10 s times
+// IDGEN_TEST_SLOWDOWN, harness.Scale) passes.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	limit := harness.Scale(10 * time.Second)
+	deadline := time.Now().Add(limit)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			t.Fatalf("timed out after %v%s waiting for %s", limit, harness.SlowdownNote(), what)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

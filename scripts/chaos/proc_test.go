@@ -296,7 +296,9 @@ func (c *cluster) inRaft(v view) bool {
 // waitHealthy waits with a deadline until the cluster is healthy on two polls
 // in a row (a view can look right for a moment while the leader is still
 // reconciling) and returns how long it took.
+// d is scaled by IDGEN_TEST_SLOWDOWN (harness.Scale).
 func (c *cluster) waitHealthy(d time.Duration) (time.Duration, error) {
+	d = harness.Scale(d)
 	start := time.Now()
 	deadline := start.Add(d)
 	var v view
@@ -318,9 +320,10 @@ func (c *cluster) waitHealthy(d time.Duration) (time.Duration, error) {
 	}
 }
 
-// waitFor polls cond until it holds or d passes.
+// waitFor polls cond until it holds or d (times IDGEN_TEST_SLOWDOWN,
+// harness.Scale) passes.
 func waitFor(d time.Duration, cond func() bool) bool {
-	return harness.Poll(d, 250*time.Millisecond, cond)
+	return harness.Poll(harness.Scale(d), 250*time.Millisecond, cond)
 }
 
 // idctl runs idctl as the cluster's admin with a deadline and returns its

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -40,54 +39,25 @@ func Build(t testing.TB, extra ...string) Binaries {
 	return Binaries{Idgend: filepath.Join(dir, "idgend"), Idctl: filepath.Join(dir, "idctl")}
 }
 
-// Ports hands out loopback ports free for both TCP and UDP (gossip uses
-// both on one port), never the same one twice. The zero value is ready.
-type Ports struct {
-	mu   sync.Mutex
-	used map[int]bool
-}
+// Ports hands out loopback ports as FreePort does: below the ephemeral
+// range, free for both TCP and UDP (gossip uses both on one port), never
+// the same one twice in the process (every Ports draws from one
+// allocator). The zero value is ready.
+type Ports struct{}
 
-// Next returns a port that was free a moment ago. It is released before
-// use, so a clash with another process is possible but rare.
+// Next returns a port that was free a moment ago (NextPort).
 func (p *Ports) Next(t testing.TB) int {
 	t.Helper()
-	port, err := p.Free()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return port
+	return NextPort(t)
 }
 
-// Free is Next without a test, for commands (ErrNoPort when none is found).
-func (p *Ports) Free() (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.used == nil {
-		p.used = map[int]bool{}
-	}
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		l.Close()
-		if err != nil {
-			continue
-		}
-		u.Close()
-		if !p.used[port] {
-			p.used[port] = true
-			return port, nil
-		}
-	}
-	return 0, ErrNoPort
-}
+// Free is Next without a test, for commands (FreePort: ErrNoPort when
+// none is left).
+func (p *Ports) Free() (int, error) { return FreePort() }
 
 // Errors of a Proc used the wrong way round, and of Ports.
 var (
-	ErrNoPort       = errors.New("no free loopback port for TCP and UDP")
+	ErrNoPort       = errors.New("no free loopback port for TCP and UDP below the ephemeral range")
 	ErrNotStarted   = errors.New("never started")
 	ErrRunning      = errors.New("already running")
 	ErrStillRunning = errors.New("still running")
@@ -243,10 +213,11 @@ func (p *Proc) Pause() error { return p.Signal(syscall.SIGSTOP) }
 // Resume continues a paused process with SIGCONT.
 func (p *Proc) Resume() error { return p.Signal(syscall.SIGCONT) }
 
-// Wait waits up to d for the process to exit and returns its exit code.
+// Wait waits up to Scale(d) for the process to exit and returns its exit
+// code.
 func (p *Proc) Wait(d time.Duration) int {
 	p.t.Helper()
-	code, err := p.WaitExit(d)
+	code, err := p.WaitExit(Scale(d))
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -254,7 +225,8 @@ func (p *Proc) Wait(d time.Duration) int {
 }
 
 // WaitExit is Wait without failing the test: the exit code, or
-// ErrNotStarted, ErrStillRunning after d, or why the wait failed.
+// ErrNotStarted, ErrStillRunning after d (as given: not scaled, since
+// commands use it too), or why the wait failed.
 func (p *Proc) WaitExit(d time.Duration) (int, error) {
 	p.mu.Lock()
 	done := p.done
@@ -288,7 +260,7 @@ func (p *Proc) Kill() {
 }
 
 // Crash is Kill without failing the test: SIGKILL, paused or not, and a
-// wait of up to ten seconds. A process that is not running is left as is.
+// wait of up to Scale(10s). A process that is not running is left as is.
 func (p *Proc) Crash() error {
 	if !p.Running() {
 		return nil
@@ -296,12 +268,12 @@ func (p *Proc) Crash() error {
 	if err := p.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return err
 	}
-	_, err := p.WaitExit(10 * time.Second)
+	_, err := p.WaitExit(Scale(10 * time.Second))
 	return err
 }
 
 // Stop sends SIGTERM (resuming a paused process, which could not act on
-// it), then SIGKILL after ten seconds.
+// it), then SIGKILL after Scale(10s).
 func (p *Proc) Stop() {
 	if !p.Running() {
 		return
@@ -315,7 +287,7 @@ func (p *Proc) Stop() {
 	p.mu.Unlock()
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(Scale(10 * time.Second)):
 		p.Signal(syscall.SIGKILL)
 		<-done
 	}
@@ -459,15 +431,18 @@ func StartCluster(t testing.TB, bin Binaries, ports *Ports, count int, extra ...
 	return nodes
 }
 
-// WaitFor polls cond until it holds or d passes, then fails t.
+// WaitFor polls cond until it holds or Scale(d) passes, then fails t.
 func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	d = Scale(d)
 	if !Poll(d, 50*time.Millisecond, cond) {
-		t.Fatalf("timed out after %s waiting for %s", d, what)
+		t.Fatalf("timed out after %s waiting for %s%s", d, what, SlowdownNote())
 	}
 }
 
 // Poll calls cond every interval until it holds (true) or d passes (false).
+// d is as given, not scaled, since commands use Poll too: a test scales
+// its own (Scale(d)).
 func Poll(d, every time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	for !cond() {

@@ -39,14 +39,14 @@ func TestPauseResumeCrash(t *testing.T) {
 	if err := p.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	Poll(5*time.Second, 10*time.Millisecond, func() bool { return state(t, pid) == "T" })
+	Poll(Scale(5*time.Second), 10*time.Millisecond, func() bool { return state(t, pid) == "T" })
 	if st := state(t, pid); st != "T" || !p.Running() || p.Live() || !p.Paused() {
 		t.Fatalf("after Pause: state %s running=%v live=%v paused=%v", st, p.Running(), p.Live(), p.Paused())
 	}
 	if err := p.Resume(); err != nil {
 		t.Fatal(err)
 	}
-	Poll(5*time.Second, 10*time.Millisecond, func() bool { return state(t, pid) != "T" })
+	Poll(Scale(5*time.Second), 10*time.Millisecond, func() bool { return state(t, pid) != "T" })
 	if st := state(t, pid); st == "T" || !p.Live() {
 		t.Fatalf("after Resume: state %s live=%v", st, p.Live())
 	}
@@ -103,7 +103,7 @@ func TestExpectedExitAndRestart(t *testing.T) {
 		if err := p.Spawn("sh", "-c", fmt.Sprintf("echo run %d; exit %d", i+1, want)); err != nil {
 			t.Fatal(err)
 		}
-		if code, err := p.WaitExit(10 * time.Second); err != nil || code != want {
+		if code, err := p.WaitExit(Scale(10 * time.Second)); err != nil || code != want {
 			t.Fatalf("run %d: exit %d, %v; want %d", i+1, code, err, want)
 		}
 	}
@@ -118,7 +118,7 @@ func TestExpectedExitAndRestart(t *testing.T) {
 // TestExec: stdout, stderr, exit code and env; a run cut off at its bound
 // is an error, not an exit code.
 func TestExec(t *testing.T) {
-	out, errOut, code, err := Exec(10*time.Second, []string{"HARNESS_X=42"}, "sh", "-c", `echo "$HARNESS_X"; echo oops >&2; exit 7`)
+	out, errOut, code, err := Exec(Scale(10*time.Second), []string{"HARNESS_X=42"}, "sh", "-c", `echo "$HARNESS_X"; echo oops >&2; exit 7`)
 	if err != nil || code != 7 || out != "42\n" || errOut != "oops\n" {
 		t.Errorf("Exec: %q %q %d %v", out, errOut, code, err)
 	}
@@ -127,18 +127,33 @@ func TestExec(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) || code != -1 {
 		t.Errorf("Exec past its bound: code %d, %v; want -1 and DeadlineExceeded", code, err)
 	}
-	if took := time.Since(start); took > 10*time.Second {
+	if took := time.Since(start); took > Scale(10*time.Second) {
 		t.Errorf("Exec past a 100ms bound took %v", took)
 	}
 }
 
-// TestPortsNeverRepeat: ports handed out are never handed out again, and
-// each was free for TCP and UDP when handed out.
+// TestPortsNeverRepeat: ports handed out are never handed out again, by
+// any Ports of the process or FreePort, lie below the ephemeral range (in
+// PortBand), and each was free for TCP and UDP when handed out.
 func TestPortsNeverRepeat(t *testing.T) {
-	var p Ports
+	low, _ := EphemeralRange()
+	lo, hi := PortBand()
+	if lo < 1024 || hi > low || lo >= hi {
+		t.Fatalf("band [%d, %d) is not below the ephemeral range starting at %d", lo, hi, low)
+	}
+	var p, q Ports
 	seen := map[int]bool{}
-	for range 20 {
-		port, err := p.Free()
+	for i := range 300 {
+		var port int
+		var err error
+		switch i % 3 {
+		case 0:
+			port, err = p.Free()
+		case 1:
+			port, err = q.Free()
+		default:
+			port, err = FreePort()
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -146,10 +161,19 @@ func TestPortsNeverRepeat(t *testing.T) {
 			t.Fatalf("port %d handed out twice", port)
 		}
 		seen[port] = true
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if port < lo || port >= hi || port >= low {
+			t.Fatalf("port %d outside the band [%d, %d) below the ephemeral range from %d", port, lo, hi, low)
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
 			t.Fatalf("port %d not free for TCP: %v", port, err)
 		}
+		u, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			t.Fatalf("port %d not free for UDP: %v", port, err)
+		}
 		l.Close()
+		u.Close()
 	}
 }
