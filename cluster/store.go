@@ -183,7 +183,7 @@ func openRaft(cfg *Config, nodeID string, f *fsm, cluster func() string, logger 
 	if cfg.SnapshotInterval > 0 {
 		rc.SnapshotInterval = cfg.SnapshotInterval
 	}
-	lone := loneStart(cfg)
+	lone := loneTimings(cfg, rc, hadState, bolt, bolt, snaps, transport.LocalAddr(), logger)
 	if lone {
 		loneTimeouts(rc)
 	}
