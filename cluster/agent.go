@@ -59,7 +59,7 @@ func (n *Node) runAgent() {
 			}
 			claimGap = claimRetryAfter(err)
 		case g != nil:
-			if !n.stillOwner(g) {
+			if !n.followLog(g) {
 				continue
 			}
 			// A node refused earlier (clock skew) asks again now and then even
@@ -85,6 +85,9 @@ func (n *Node) runAgent() {
 }
 
 // claim asks the leader for a slot and starts a generator above its floor.
+// The answer only names the claim (its tenure) to wait for: the generator's
+// floor and first grant are read from this node's own replica once it has
+// applied that claim (a node mints only from its own log, DESIGN.md).
 func (n *Node) claim() (*generator.Generator, error) {
 	l := n.cfg.Layout
 	info := NodeInfo{
@@ -99,17 +102,77 @@ func (n *Node) claim() (*generator.Generator, error) {
 		n.logger.Debug("claim", "err", err)
 		return nil, err
 	}
-	g, err := generator.New(n.cfg.Layout, r.Slot, r.Floor, n.clock)
+	t, err := n.awaitTenure(ctx, r.Tenure)
 	if err != nil {
-		n.setReason("cannot start generator: " + err.Error())
-		n.logger.Error("start generator", "slot", r.Slot, "floor", r.Floor, "err", err)
+		n.setReason("no slot yet: " + err.Error())
+		n.logger.Warn("claim answered but not found in the local log", "tenure", r.Tenure, "err", err)
 		return nil, err
 	}
-	n.tenure.Store(r.Tenure)
+	g, err := generator.New(n.cfg.Layout, t.Slot, t.Floor, n.clock)
+	if err != nil {
+		n.setReason("cannot start generator: " + err.Error())
+		n.logger.Error("start generator", "slot", t.Slot, "floor", t.Floor, "err", err)
+		return nil, err
+	}
+	g.Grant(t.Granted)
+	n.window.Store(&heldWindow{slot: g.Slot(), granted: g.Granted()})
+	n.tenure.Store(t.ClaimedIndex)
 	n.setReason("")
 	n.gen.Store(g)
-	n.logger.Info("claimed slot", "slot", r.Slot, "floor", r.Floor, "tenure", r.Tenure)
+	n.logger.Info("claimed slot", "slot", t.Slot, "floor", t.Floor, "tenure", t.ClaimedIndex)
 	return g, nil
+}
+
+// errTenureNotHeld: the local log shows the claim's tenure is not (or no
+// longer) this node's current hold on a slot.
+var errTenureNotHeld = errors.New("the local log does not show this node holding the claimed tenure")
+
+// ownTenure reads this node's hold under tenure from its own replica: ok when
+// the state has applied the claim and the tenure is still its slot's current
+// one; applied reports whether the state has reached the claim's index at all.
+func ownTenure(s *state, nodeID string, tenure uint64) (t Tenure, applied, ok bool) {
+	if tenure == 0 || s.Index < tenure {
+		return Tenure{}, false, false
+	}
+	i := s.slotOf(nodeID)
+	if i < 0 || s.Slots[i].Tenure != tenure {
+		return Tenure{}, true, false
+	}
+	for j := len(s.Tenures) - 1; j >= 0; j-- {
+		if r := s.Tenures[j]; r.Slot == i && r.ClaimedIndex == tenure && r.NodeID == nodeID && r.ReleasedIndex == 0 {
+			// While the tenure is current its grant is the slot's highWater.
+			r.Granted = s.Slots[i].HighWater
+			return r, true, true
+		}
+	}
+	return Tenure{}, true, false
+}
+
+// awaitTenure waits until the local replica has applied the claim that opened
+// tenure, and returns the hold it records.
+func (n *Node) awaitTenure(ctx context.Context, tenure uint64) (Tenure, error) {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var (
+			t           Tenure
+			applied, ok bool
+		)
+		n.fsm.view(func(s *state) { t, applied, ok = ownTenure(s, n.id, tenure) })
+		switch {
+		case ok:
+			return t, nil
+		case applied:
+			return Tenure{}, fmt.Errorf("%w (tenure %d)", errTenureNotHeld, tenure)
+		}
+		select {
+		case <-ctx.Done():
+			return Tenure{}, fmt.Errorf("claim of tenure %d not applied locally: %w", tenure, ctx.Err())
+		case <-n.shutdownCh:
+			return Tenure{}, ErrShutdown
+		case <-tick.C:
+		}
+	}
 }
 
 func (n *Node) claimFailure(err error) string {
@@ -127,25 +190,39 @@ func (n *Node) claimFailure(err error) string {
 	}
 }
 
-// stillOwner checks the local state once it has caught up with the claim;
-// if the slot's current tenure is not the generator's own (another node's,
-// a later claim of this node's, or none), the generator stops at once.
-func (n *Node) stillOwner(g *generator.Generator) bool {
+// followLog brings the generator in line with the local replica, the only
+// source of its window: while the slot's current tenure is the generator's
+// own, granted follows the slot's highWater as applied here; once it is not
+// (another node's, a later claim of this node's, or none), the generator
+// stops at once. It reports whether the generator is still running.
+func (n *Node) followLog(g *generator.Generator) bool {
 	tenure := n.tenure.Load()
 	var (
-		owner   string
-		current uint64
-		caught  bool
+		t           Tenure
+		applied, ok bool
+		owner       string
+		current     uint64
 	)
 	n.fsm.view(func(s *state) {
-		caught = s.Index >= tenure
+		t, applied, ok = ownTenure(s, n.id, tenure)
 		if g.Slot() < len(s.Slots) {
 			owner, current = s.Slots[g.Slot()].Owner, s.Slots[g.Slot()].Tenure
 		}
 	})
-	// A local state older than the claim says nothing yet.
-	if !caught || (owner == n.id && current == tenure) {
+	if ok && t.Slot == g.Slot() {
+		if t.Granted > g.Granted() {
+			n.lastGrant.Store(time.Now().UnixNano())
+			if at := n.reserveAnswered.Load(); at != 0 {
+				n.grantLag.Store(time.Now().UnixNano() - at)
+				n.reserveAnswered.Store(0)
+			}
+		}
+		g.Grant(t.Granted)
+		n.window.Store(&heldWindow{slot: g.Slot(), granted: g.Granted()})
 		return true
+	}
+	if !applied {
+		return true // a replica older than the claim says nothing yet
 	}
 	n.revoke(g, fmt.Errorf("%w: slot %d is now held by %q under tenure %d, not tenure %d", ErrNotOwner, g.Slot(), owner, current, tenure))
 	return false
@@ -165,8 +242,10 @@ func (n *Node) needsRoom(g *generator.Generator) bool {
 	return g.Granted()-g.Head() < (lead+1)/2
 }
 
-// reserve asks for the window up to the issuing point plus the lead. An
-// unknown outcome counts as not granted.
+// reserve asks for the window up to the issuing point plus the lead. The
+// answer grants nothing by itself: the room is taken from the local replica
+// once it has applied the grant (followLog). An unknown outcome counts as not
+// granted.
 func (n *Node) reserve(g *generator.Generator) {
 	upTo := g.Head() + unitsCeil(n.cfg.Lead, n.cfg.Layout.Unit)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -176,9 +255,9 @@ func (n *Node) reserve(g *generator.Generator) {
 	switch {
 	case err == nil:
 		if r.Granted > g.Granted() {
-			n.lastGrant.Store(time.Now().UnixNano())
+			n.reserveAnswered.Store(time.Now().UnixNano())
 		}
-		g.Grant(r.Granted)
+		n.followLog(g)
 		if r.LeaderTime != 0 {
 			n.skew.Store(int64(sent.Sub(time.Unix(0, r.LeaderTime))))
 		}
@@ -192,4 +271,10 @@ func (n *Node) reserve(g *generator.Generator) {
 	default:
 		n.logger.Debug("reserve", "slot", g.Slot(), "up_to", upTo, "err", err)
 	}
+}
+
+// heldWindow is a slot and the end of the window granted on it.
+type heldWindow struct {
+	slot    int
+	granted int64
 }

@@ -40,6 +40,13 @@ var (
 	ErrLeaderNotReady = errors.New("raft leader is still catching up")
 	// ErrClusterConflict: this node met members of another, older cluster.
 	ErrClusterConflict = errors.New("cluster conflict")
+	// ErrWrongCluster: a forwarded command or its answer belongs to another
+	// cluster than the receiver's (a wiped node now listening at an old
+	// leader's address, or a node of another deployment).
+	ErrWrongCluster = errors.New("command of another cluster")
+	// ErrNotMember: a Claim for a node that is not a server in the leader's
+	// Raft configuration; a leader gives slots only to its own servers.
+	ErrNotMember = errors.New("not a server of this cluster")
 )
 
 // MemberInfo describes one node as seen by gossip and the replicated state.

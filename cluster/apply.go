@@ -17,8 +17,18 @@ const applyTimeout = 5 * time.Second
 // callers treat both as "not granted".
 func (n *Node) propose(ctx context.Context, c command) (result, error) {
 	c.SentAt = n.clock.Now().UnixNano()
+	if err := n.Conflict(); err != nil {
+		return result{}, err
+	}
+	own := n.ownCluster()
+	c.ClusterID = own
 	if n.rs.raft.State() == raft.Leader {
 		return n.handle(ctx, c)
+	}
+	if own == "" {
+		// Nothing this node could do with an answer before its own log
+		// holds the cluster's first entry.
+		return result{}, fmt.Errorf("%w: this node has not applied its cluster's first log entry yet", ErrNoLeader)
 	}
 	_, leaderID := n.rs.raft.LeaderWithID()
 	if leaderID == "" {
@@ -39,7 +49,15 @@ func (n *Node) propose(ctx context.Context, c command) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	return decodeResult(out)
+	r, err := decodeResult(out)
+	if err != nil {
+		return result{}, err
+	}
+	if r.ClusterID != own {
+		return result{}, fmt.Errorf("%w: the leader at %s answered for cluster %q, this node belongs to %q; answer ignored",
+			ErrWrongCluster, addr, r.ClusterID, own)
+	}
+	return r, nil
 }
 
 // grpcAddrOf finds a node's gRPC address in gossip, else in the replicated state.
@@ -58,9 +76,22 @@ func (n *Node) ApplyForwarded(ctx context.Context, data []byte) ([]byte, error) 
 	if n.rs.raft.State() != raft.Leader {
 		return nil, ErrNotLeader
 	}
+	if err := n.Conflict(); err != nil {
+		return nil, err
+	}
 	c, err := decodeCommand(data)
 	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadCommand, err)
+	}
+	if err := c.validate(); err != nil {
 		return nil, err
+	}
+	if own := n.ownCluster(); c.ClusterID != own {
+		return nil, fmt.Errorf("%w: this leader belongs to cluster %q, the %s from node %s names cluster %q. "+
+			"The sender is a member of another cluster now reaching this address (was this node's data dir wiped "+
+			"while the sender's cluster still lists its old identity here?); nothing was applied. Remove the stale "+
+			"member from the sender's cluster (idctl remove) or give this node its own addresses",
+			ErrWrongCluster, own, c.Type, c.nodeID(), c.ClusterID)
 	}
 	r, err := n.handle(ctx, c)
 	if err != nil {
@@ -79,12 +110,18 @@ func (n *Node) handle(ctx context.Context, c command) (result, error) {
 	if !n.leaderReady.Load() {
 		return result{}, ErrLeaderNotReady
 	}
+	// The checks Apply makes against the layout, before anything is proposed
+	// (after the Barrier, so "not initialized" means it).
+	var err error
+	if n.fsm.view(func(s *state) { err = s.admit(c) }); err != nil {
+		return result{}, err
+	}
 	switch c.Type {
 	case cmdClaim, cmdReserve, cmdRelease:
 		return n.leaderApply(ctx, c)
 	case cmdRemove:
 		slot, err := n.leaderRemove(ctx, c.NodeID)
-		return result{Slot: slot}, err
+		return result{Slot: slot, ClusterID: n.ownCluster()}, err
 	default:
 		return result{}, fmt.Errorf("command %s cannot be forwarded", c.Type)
 	}
@@ -95,6 +132,10 @@ func (n *Node) handle(ctx context.Context, c command) (result, error) {
 // leader's clock plus max-ahead before proposing. Apply itself never reads a clock.
 func (n *Node) leaderApply(ctx context.Context, c command) (result, error) {
 	now := n.clock.Now()
+	if c.Type == cmdClaim && !n.inRaftConfig(c.Node.ID) {
+		return result{}, fmt.Errorf("%w: node %s is not a server in cluster %s's Raft configuration; the leader adds "+
+			"members it meets in gossip, and gives slots only to them", ErrNotMember, c.Node.ID, n.ownCluster())
+	}
 	if c.Type == cmdClaim || c.Type == cmdReserve {
 		skew := time.Unix(0, c.SentAt).Sub(now)
 		n.skews.observe(c.nodeID(), skew, time.Now())
@@ -107,12 +148,14 @@ func (n *Node) leaderApply(ctx context.Context, c command) (result, error) {
 		var (
 			highWater int64
 			limit     int64
+			maxTS     int64
 			holds     bool
 		)
 		n.fsm.view(func(s *state) {
 			if holds = s.holds(c.NodeID, c.Slot, c.Tenure); holds {
 				highWater = s.Slots[c.Slot].HighWater
 				limit = s.Layout.Units(now) + unitsCeil(n.cfg.MaxAhead, s.Layout.Unit)
+				maxTS = s.Layout.MaxTimestamp()
 			}
 		})
 		if !holds {
@@ -121,19 +164,27 @@ func (n *Node) leaderApply(ctx context.Context, c command) (result, error) {
 		if c.UpTo > limit {
 			c.UpTo = limit
 		}
+		if c.UpTo > maxTS {
+			c.UpTo = maxTS // the layout's last units; past them the generator says "exhausted"
+		}
 		if c.UpTo <= highWater {
 			// Nothing new to grant yet; highWater was granted to this tenure
 			// already (a new tenure starts at it), so repeating it is safe.
-			return result{Slot: c.Slot, Granted: highWater, Tenure: c.Tenure, LeaderTime: now.UnixNano()}, nil
+			return result{Slot: c.Slot, Granted: highWater, Tenure: c.Tenure, LeaderTime: now.UnixNano(), ClusterID: n.ownCluster()}, nil
 		}
 	}
 	r, _, err := n.raftApply(ctx, c)
-	r.LeaderTime = now.UnixNano()
+	r.LeaderTime, r.ClusterID = now.UnixNano(), n.ownCluster()
 	return r, err
 }
 
 // raftApply proposes c and waits for it to be applied on this (leader) node.
 func (n *Node) raftApply(ctx context.Context, c command) (result, uint64, error) {
+	if f := n.cfg.applyFault; f != nil {
+		if err := f(c); err != nil {
+			return result{}, 0, fmt.Errorf("raft apply %s: %w", c.Type, err)
+		}
+	}
 	data, err := encodeCommand(c)
 	if err != nil {
 		return result{}, 0, err

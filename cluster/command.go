@@ -16,6 +16,10 @@ const (
 	cmdReserve commandType = 3
 	cmdRelease commandType = 4
 	cmdRemove  commandType = 5
+	// cmdFence raises a slot's highWater above a window another cluster
+	// granted there, ending the slot's current tenure if it is held. Only the
+	// leader writes it (fenceForeign); it is never forwarded.
+	cmdFence commandType = 6
 )
 
 func (t commandType) String() string {
@@ -30,8 +34,21 @@ func (t commandType) String() string {
 		return "release"
 	case cmdRemove:
 		return "remove"
+	case cmdFence:
+		return "fence"
 	}
 	return fmt.Sprintf("unknown(%d)", byte(t))
+}
+
+// known reports whether this version of idgen can apply entries of type t.
+// Keep it in step with String and state.apply (TestKnownCommandTypes checks
+// it against String): Apply stops the node on an entry of any other type.
+func (t commandType) known() bool {
+	switch t {
+	case cmdInit, cmdClaim, cmdReserve, cmdRelease, cmdRemove, cmdFence:
+		return true
+	}
+	return false
 }
 
 // NodeInfo is what the replicated state knows about a node.
@@ -54,17 +71,23 @@ type command struct {
 	Layout *generator.Layout `json:"layout,omitempty"` // Init, Claim
 	Node   *NodeInfo         `json:"node,omitempty"`   // Claim
 	NodeID string            `json:"node_id,omitempty"`
-	Slot   int               `json:"slot,omitempty"`  // Reserve
-	UpTo   int64             `json:"up_to,omitempty"` // Reserve
+	Slot   int               `json:"slot,omitempty"`  // Reserve, Fence
+	UpTo   int64             `json:"up_to,omitempty"` // Reserve, Fence
+	// Foreign names the other cluster whose window a Fence closes off.
+	Foreign string `json:"foreign,omitempty"`
 	// Tenure names the claim a Reserve or Release speaks for (the claim's
 	// log index). Only the slot's current tenure is accepted.
 	Tenure uint64 `json:"tenure,omitempty"`
 
-	// ClusterID, Created (the bootstrapping leader's clock, Unix ns) and Start
-	// (every slot's first highWater, in layout units) are set by Init only.
+	// ClusterID is the cluster the command belongs to: on Init the new
+	// cluster's identity, on every other command the sender's cluster. The
+	// leader refuses a forward that names another cluster, and Apply an entry
+	// that does (an empty one is an entry written before commands carried it).
 	ClusterID string `json:"cluster_id,omitempty"`
-	Created   int64  `json:"created,omitempty"`
-	Start     int64  `json:"start,omitempty"`
+	// Created (the bootstrapping leader's clock, Unix ns) and Start (every
+	// slot's first highWater, in layout units) are set by Init only.
+	Created int64 `json:"created,omitempty"`
+	Start   int64 `json:"start,omitempty"`
 
 	// SentAt is the sender's clock (Unix nanoseconds) when it made the request.
 	// The leader checks it against its own clock before proposing; Apply ignores it.
@@ -83,6 +106,10 @@ type result struct {
 	Index uint64 `json:"index,omitempty"`
 	// LeaderTime is the leader's clock (Unix nanoseconds) when it answered.
 	LeaderTime int64 `json:"leader_time,omitempty"`
+	// ClusterID names the answering leader's cluster; a follower ignores an
+	// answer from another cluster. An answer is only a hint in any case: a
+	// node mints from its own applied log (agent.go).
+	ClusterID string `json:"cluster_id,omitempty"`
 }
 
 func encodeCommand(c command) ([]byte, error) {
@@ -130,10 +157,14 @@ const (
 	maxIDLen   = 64
 	maxNameLen = 64
 	maxAddrLen = 255
+	// maxSlots bounds the slots an Init may create (1<<(datacenter+machine
+	// bits)): a valid layout may ask for 2^61, which no replica can allocate.
+	maxSlots = 1 << 16
 )
 
 // validate checks the shape of a command: the fields its type needs, and
-// their sizes. It does not look at the state.
+// their sizes. It does not look at the state; state.admit adds the checks
+// against the cluster's layout.
 func (c command) validate() error {
 	switch c.Type {
 	case cmdInit:
@@ -146,8 +177,11 @@ func (c command) validate() error {
 		if c.ClusterID == "" || len(c.ClusterID) > maxIDLen {
 			return fmt.Errorf("%w: init needs a cluster ID of 1..%d bytes (a log written by an idgen without cluster identity? start a new cluster with fresh data dirs)", ErrBadCommand, maxIDLen)
 		}
-		if c.Start < 0 {
-			return fmt.Errorf("%w: init start %d is negative", ErrBadCommand, c.Start)
+		if n := c.Layout.Slots(); n > maxSlots {
+			return fmt.Errorf("%w: init layout %s has %d slots (at most %d)", ErrBadCommand, c.Layout, n, maxSlots)
+		}
+		if c.Start < 0 || c.Start > c.Layout.MaxTimestamp() {
+			return fmt.Errorf("%w: init start %d not in 0..%d (the layout's last timestamp)", ErrBadCommand, c.Start, c.Layout.MaxTimestamp())
 		}
 		return nil
 	case cmdClaim:
@@ -162,9 +196,20 @@ func (c command) validate() error {
 		if c.Tenure == 0 {
 			return fmt.Errorf("%w: %s for node %s names no tenure", ErrBadCommand, c.Type, c.NodeID)
 		}
+		if c.Type == cmdReserve && c.Slot < 0 {
+			return fmt.Errorf("%w: reserve of slot %d", ErrBadCommand, c.Slot)
+		}
+		if c.Type == cmdReserve && c.UpTo < 0 {
+			return fmt.Errorf("%w: reserve up to %d, a negative timestamp", ErrBadCommand, c.UpTo)
+		}
 		return nil
 	case cmdRemove:
 		return validID("node ID", c.NodeID)
+	case cmdFence:
+		if c.Slot < 0 || c.UpTo < 0 {
+			return fmt.Errorf("%w: fence of slot %d up to %d", ErrBadCommand, c.Slot, c.UpTo)
+		}
+		return validID("foreign cluster ID", c.Foreign)
 	}
 	return fmt.Errorf("%w: unknown command type %d", ErrBadCommand, byte(c.Type))
 }
@@ -180,6 +225,17 @@ func (n NodeInfo) validate() error {
 		if len(a) > maxAddrLen {
 			return fmt.Errorf("%w: node address of %d bytes (at most %d)", ErrBadCommand, len(a), maxAddrLen)
 		}
+	}
+	if n.Datacenter < -1 {
+		return fmt.Errorf("%w: node %s datacenter %d (-1 means any)", ErrBadCommand, n.ID, n.Datacenter)
+	}
+	return nil
+}
+
+// checkDatacenter checks a node's preferred datacenter against the layout.
+func (n NodeInfo) checkDatacenter(l generator.Layout) error {
+	if dcs := 1 << l.DatacenterBits; n.Datacenter < -1 || n.Datacenter >= dcs {
+		return fmt.Errorf("%w: node %s datacenter %d not in -1..%d (layout %s)", ErrBadCommand, n.ID, n.Datacenter, dcs-1, l)
 	}
 	return nil
 }

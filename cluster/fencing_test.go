@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/idgen/idgen/generator"
 )
 
@@ -21,6 +23,7 @@ type pseudoNode struct {
 
 func (p *pseudoNode) command(c command) []byte {
 	c.SentAt = p.clock.Now().UnixNano()
+	c.ClusterID = p.tc.node("a").ownCluster()
 	data, err := encodeCommand(c)
 	if err != nil {
 		panic(err)
@@ -31,6 +34,15 @@ func (p *pseudoNode) command(c command) []byte {
 func (p *pseudoNode) claimData() []byte {
 	l := generator.DefaultLayout()
 	return p.command(command{Type: cmdClaim, Layout: &l, Node: &NodeInfo{ID: p.id, Name: "x", Datacenter: -1}})
+}
+
+// enroll makes the pseudo node a server of the cluster (a non-voter at an
+// address nobody listens on): a leader gives slots only to its own servers.
+func (p *pseudoNode) enroll() {
+	waitFor(p.tc.t, 20*time.Second, "x added to raft", func() bool {
+		leader := p.tc.node(leaderOf(p.tc, "a", "b", "c"))
+		return leader != nil && leader.rs.raft.AddNonvoter(raft.ServerID(p.id), "127.0.0.1:1", 0, time.Second).Error() == nil
+	})
 }
 
 // deliver hands the command to the current leader, as a forward would.
@@ -55,13 +67,15 @@ func (p *pseudoNode) deliver(data []byte) (result, error) {
 // claim commits. gB's next reserve must be refused: with the node ID as the
 // fence it was granted above Y's window and gB stamped inside it.
 func TestDelayedClaimNeverExtendsAnOldGenerator(t *testing.T) {
-	// The held claim arrives late, but within max-skew.
-	tc := startThree(t, func(c *Config) { c.MaxSkew = time.Minute })
+	// The held claim arrives late, but within max-skew; x is never reaped
+	// behind the test's back.
+	tc := startThree(t, func(c *Config) { c.MaxSkew, c.ReapAfter = time.Minute, time.Hour })
 	a := tc.node("a")
 	x := &pseudoNode{id: "0123456789abcdef0123456789abcdef", tc: tc, clock: generator.SystemClock()}
 	layout := generator.DefaultLayout()
 
 	claim1 := x.claimData() // in flight, delayed
+	x.enroll()
 	r2, err := x.deliver(x.claimData())
 	if err != nil {
 		t.Fatalf("claim 2: %v", err)
@@ -108,6 +122,7 @@ func TestDelayedClaimNeverExtendsAnOldGenerator(t *testing.T) {
 	tc.stop("y")
 	remove(y.ID())
 
+	x.enroll() // x is added back, as a restarted member would be
 	r1, err := x.deliver(claim1)
 	if err != nil {
 		t.Fatalf("delayed claim 1: %v", err)
@@ -140,15 +155,8 @@ func TestDelayedClaimNeverExtendsAnOldGenerator(t *testing.T) {
 // cluster of its own; the old cluster must never add it, and it must stop
 // issuing with a reason that names the other cluster (it is the younger).
 func TestWipedSeedNeverJoinsItsOldCluster(t *testing.T) {
-	tc := newTestCluster(t)
-	tc.add("a", 1)
-	tc.add("b", 1, "a")
-	tc.add("c", 1, "a")
+	tc := startSeeded(t)
 	for _, name := range []string{"a", "b", "c"} {
-		tc.start(name)
-	}
-	for _, name := range []string{"a", "b", "c"} {
-		waitReady(t, tc.node(name))
 		tc.issue(tc.node(name), 500)
 	}
 	b := tc.node("b")
@@ -156,16 +164,7 @@ func TestWipedSeedNeverJoinsItsOldCluster(t *testing.T) {
 	if oldCluster == "" || tc.node("a").Status().ClusterID != oldCluster {
 		t.Fatalf("cluster IDs: a %q, b %q", tc.node("a").Status().ClusterID, oldCluster)
 	}
-	waitFor(t, 20*time.Second, "b and c to be voters", func() bool {
-		members, _ := tc.node("a").Members()
-		voters := 0
-		for _, m := range members {
-			if m.RaftRole == "voter" || m.RaftRole == "leader" {
-				voters++
-			}
-		}
-		return voters == 3
-	})
+	waitVoters(t, tc.node("a"), 3)
 	oldID := tc.node("a").ID()
 	tc.stop("a")
 	tc.specs["a"].cfg.DataDir = t.TempDir() // wiped
@@ -215,7 +214,8 @@ func TestLeaderAnswersOnlyAfterBarrier(t *testing.T) {
 	a := tc.start("a")
 	waitReady(t, a)
 	st := a.Status()
-	c := command{Type: cmdReserve, NodeID: a.ID(), Slot: st.Slot, Tenure: a.tenure.Load(), UpTo: st.Granted + 1, SentAt: time.Now().UnixNano()}
+	c := command{Type: cmdReserve, NodeID: a.ID(), Slot: st.Slot, Tenure: a.tenure.Load(), UpTo: st.Granted + 1,
+		SentAt: time.Now().UnixNano(), ClusterID: a.ownCluster()}
 	data, err := encodeCommand(c)
 	if err != nil {
 		t.Fatal(err)

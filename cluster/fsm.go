@@ -100,26 +100,80 @@ func (f *fsm) Apply(l *raft.Log) interface{} {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
-	c, err := decodeCommand(l.Data)
-	if err != nil {
-		// A corrupt entry is as fatal as an unknown one: skipping it would let
-		// replicas diverge.
-		panic(fmt.Sprintf("idgen fsm: cannot apply log entry %d: %v", l.Index, err))
+	if len(l.Data) > 0 && !commandType(l.Data[0]).known() {
+		// Consul and Nomad stop here too: a replica that skipped an entry it
+		// does not understand would silently diverge from the others.
+		panic(fmt.Sprintf("idgen fsm: unknown command type %d at index %d: upgrade this node", l.Data[0], l.Index))
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	defer f.notify()
 	f.state.Index = l.Index
+	c, err := decodeCommand(l.Data)
+	if err != nil {
+		// Every replica holds the same bytes and refuses them the same way,
+		// so an error result is as deterministic as applying the entry.
+		return fmt.Errorf("%w: log entry %d: %v", ErrBadCommand, l.Index, err)
+	}
 	return f.state.apply(c, l.Index)
+}
+
+// admit checks a command against the state's layout: validate's shape checks
+// plus every field Apply would use as an index or a bound (datacenter, slot,
+// timestamps). The leader calls it before proposing and apply calls it again,
+// so the two cannot differ; a refused command changes nothing. Ownership and
+// tenures are not admit's business: apply answers those with ErrNotOwner.
+func (s *state) admit(c command) error {
+	if err := c.validate(); err != nil {
+		return err
+	}
+	if c.Type == cmdInit {
+		return nil // its layout is its own, checked by validate
+	}
+	if c.ClusterID != "" && s.ClusterID != "" && c.ClusterID != s.ClusterID {
+		// Entries written before commands named their cluster carry none.
+		return fmt.Errorf("%w: %s of cluster %q in the log of cluster %q", ErrWrongCluster, c.Type, c.ClusterID, s.ClusterID)
+	}
+	if s.Layout == nil {
+		switch c.Type {
+		case cmdClaim, cmdFence:
+			return errNotInitialized // there are no slots yet
+		}
+		return nil // nothing is held yet: apply refuses it as not owner or unknown
+	}
+	switch c.Type {
+	case cmdClaim:
+		return c.Node.checkDatacenter(*s.Layout)
+	case cmdReserve, cmdFence:
+		if err := s.checkSlot(c); err != nil {
+			return err
+		}
+		return s.checkTimestamp(c.Type, "up to", c.UpTo)
+	}
+	return nil
+}
+
+func (s *state) checkSlot(c command) error {
+	if c.Slot < 0 || c.Slot >= len(s.Slots) {
+		return fmt.Errorf("%w: %s of slot %d, not in 0..%d", ErrBadCommand, c.Type, c.Slot, len(s.Slots)-1)
+	}
+	return nil
+}
+
+func (s *state) checkTimestamp(t commandType, what string, ts int64) error {
+	if max := s.Layout.MaxTimestamp(); ts < 0 || ts > max {
+		return fmt.Errorf("%w: %s %s %d, not in 0..%d (layout %s)", ErrBadCommand, t, what, ts, max, s.Layout)
+	}
+	return nil
 }
 
 // apply is deterministic: it reads only the command, the index and the state.
 func (s *state) apply(c command, index uint64) interface{} {
-	switch c.Type {
-	case cmdInit, cmdClaim, cmdReserve, cmdRelease, cmdRemove:
-		if err := c.validate(); err != nil {
-			return err
-		}
+	if !c.Type.known() {
+		panic(fmt.Sprintf("idgen fsm: unknown command type %d at index %d: upgrade this node", byte(c.Type), index))
+	}
+	if err := s.admit(c); err != nil {
+		return err
 	}
 	switch c.Type {
 	case cmdInit:
@@ -132,11 +186,32 @@ func (s *state) apply(c command, index uint64) interface{} {
 		return s.applyRelease(c, index)
 	case cmdRemove:
 		return s.applyRemove(c.NodeID, index)
+	case cmdFence:
+		return s.applyFence(c, index)
 	default:
-		// Consul and Nomad stop here too: a replica that skipped an entry it
-		// does not understand would silently diverge from the others.
-		panic(fmt.Sprintf("idgen fsm: unknown command type %d at index %d: upgrade this node", byte(c.Type), index))
+		// known() names a type this switch does not apply: a bug, and as
+		// fatal as an unknown type.
+		panic(fmt.Sprintf("idgen fsm: command type %s at index %d has no apply", c.Type, index))
 	}
+}
+
+// applyFence closes off a window another cluster granted on a slot: the
+// slot's highWater rises to UpTo, so every later tenure starts above it, and
+// a tenure holding the slot now ends (its owner claims again, above UpTo),
+// since raising its highWater would extend that owner's window into the
+// other cluster's. A fence at or below highWater changes nothing.
+func (s *state) applyFence(c command, index uint64) interface{} {
+	sl := &s.Slots[c.Slot]
+	if c.UpTo <= sl.HighWater {
+		return result{Slot: c.Slot, Granted: sl.HighWater}
+	}
+	if sl.Owner != "" {
+		if err := s.free(c.Slot, index); err != nil {
+			return err
+		}
+	}
+	sl.HighWater = c.UpTo
+	return result{Slot: c.Slot, Granted: sl.HighWater}
 }
 
 // applyInit starts a new cluster. Every slot's highWater starts at Start, the
@@ -169,13 +244,20 @@ func (s *state) applyClaim(c command, index uint64) interface{} {
 	if c.Layout != nil && *c.Layout != *s.Layout {
 		return fmt.Errorf("%w: cluster uses %s, node %s is configured with %s", ErrLayoutMismatch, s.Layout, c.Node.Name, c.Layout)
 	}
+	var old *Tenure
 	i := s.slotOf(c.Node.ID)
 	if i >= 0 {
-		// A new claim of the held slot ends the old tenure: whatever generator
-		// belonged to it is fenced from here on.
-		s.tenure(i, s.Slots[i].Tenure).ReleasedIndex = index
+		if old = s.tenure(i, s.Slots[i].Tenure); old == nil {
+			return s.noTenure(i)
+		}
 	} else if i = s.freeSlot(c.Node.Datacenter); i < 0 {
 		return fmt.Errorf("%w (%d slots); the node waits as a standby", ErrClusterFull, len(s.Slots))
+	}
+	if old != nil {
+		// A new claim of the held slot ends the old tenure: whatever generator
+		// belonged to it is fenced from here on. (Before the append below,
+		// which may move the records.)
+		old.ReleasedIndex = index
 	}
 	s.Nodes[c.Node.ID] = *c.Node
 	sl := &s.Slots[i]
@@ -186,16 +268,24 @@ func (s *state) applyClaim(c command, index uint64) interface{} {
 	return result{Slot: i, Floor: sl.HighWater, Granted: sl.HighWater, Tenure: index}
 }
 
-// tenure finds the record of a slot's tenure, searching from the newest.
-// The state's invariants (checked by Restore) guarantee it exists for every
-// owned slot.
+// tenure finds the record of a slot's tenure, searching from the newest, or
+// returns nil. The state's invariants (checked by Restore) say it exists for
+// every owned slot; callers still refuse the command rather than panic.
 func (s *state) tenure(slot int, id uint64) *Tenure {
 	for i := len(s.Tenures) - 1; i >= 0; i-- {
 		if t := &s.Tenures[i]; t.Slot == slot && t.ClaimedIndex == id {
 			return t
 		}
 	}
-	panic(fmt.Sprintf("idgen fsm: slot %d has no record of its tenure %d", slot, id))
+	return nil
+}
+
+// errStateCorrupt: the state breaks its own invariants (a record Apply keeps
+// is missing). A command that meets it is refused and changes nothing.
+var errStateCorrupt = errors.New("replicated state is inconsistent")
+
+func (s *state) noTenure(slot int) error {
+	return fmt.Errorf("%w: slot %d has no record of its tenure %d", errStateCorrupt, slot, s.Slots[slot].Tenure)
 }
 
 // holds reports whether node holds slot under exactly this tenure.
@@ -208,7 +298,7 @@ func (s *state) holds(node string, slot int, tenure uint64) bool {
 // lowest free slot anywhere.
 func (s *state) freeSlot(datacenter int) int {
 	machines := 1 << s.Layout.MachineBits
-	if datacenter >= 0 {
+	if datacenter >= 0 && datacenter < 1<<s.Layout.DatacenterBits {
 		for i := datacenter * machines; i < (datacenter+1)*machines && i < len(s.Slots); i++ {
 			if s.Slots[i].Owner == "" {
 				return i
@@ -231,8 +321,12 @@ func (s *state) applyReserve(c command) interface{} {
 	}
 	sl := &s.Slots[c.Slot]
 	if c.UpTo > sl.HighWater {
+		t := s.tenure(c.Slot, sl.Tenure)
+		if t == nil {
+			return s.noTenure(c.Slot)
+		}
 		sl.HighWater = c.UpTo
-		s.tenure(c.Slot, sl.Tenure).Granted = sl.HighWater
+		t.Granted = sl.HighWater
 	}
 	return result{Slot: c.Slot, Granted: sl.HighWater, Tenure: sl.Tenure}
 }
@@ -244,7 +338,9 @@ func (s *state) applyRelease(c command, index uint64) interface{} {
 	if !s.holds(c.NodeID, i, c.Tenure) {
 		return fmt.Errorf("%w: node %s does not hold a slot under tenure %d", ErrNotOwner, c.NodeID, c.Tenure)
 	}
-	s.free(i, index)
+	if err := s.free(i, index); err != nil {
+		return err
+	}
 	return result{Slot: i}
 }
 
@@ -256,16 +352,24 @@ func (s *state) applyRemove(nodeID string, index uint64) interface{} {
 		return fmt.Errorf("%w: %s", ErrUnknownNode, nodeID)
 	}
 	if i >= 0 {
-		s.free(i, index)
+		if err := s.free(i, index); err != nil {
+			return err
+		}
 	}
 	delete(s.Nodes, nodeID)
 	return result{Slot: i}
 }
 
-func (s *state) free(slot int, index uint64) {
-	s.tenure(slot, s.Slots[slot].Tenure).ReleasedIndex = index
+// free ends the slot's current tenure; it changes nothing when it fails.
+func (s *state) free(slot int, index uint64) error {
+	t := s.tenure(slot, s.Slots[slot].Tenure)
+	if t == nil {
+		return s.noTenure(slot)
+	}
+	t.ReleasedIndex = index
 	s.Slots[slot].Owner = ""
 	s.Slots[slot].Tenure = 0
+	return nil
 }
 
 // Snapshot implements raft.FSM.
@@ -295,47 +399,85 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-// check validates a state loaded from a snapshot: the invariants Apply keeps.
+// check validates a state loaded from a snapshot: the invariants Apply keeps,
+// and every bound Apply and the state's readers index by, so that no snapshot
+// can make a later Apply or read panic.
 func (s *state) check() error {
 	if s.Layout == nil {
-		if len(s.Slots) != 0 || len(s.Tenures) != 0 {
-			return errors.New("slots or tenures without a layout")
+		if len(s.Slots) != 0 || len(s.Tenures) != 0 || len(s.Nodes) != 0 || s.ClusterID != "" {
+			return errors.New("slots, tenures, nodes or a cluster ID without a layout")
 		}
 		return nil
 	}
-	if err := s.Layout.Validate(); err != nil {
+	l := *s.Layout
+	if err := l.Validate(); err != nil {
 		return fmt.Errorf("layout: %w", err)
+	}
+	if l.Slots() > maxSlots {
+		return fmt.Errorf("layout %s has %d slots (at most %d)", l, l.Slots(), maxSlots)
 	}
 	if s.ClusterID == "" {
 		return errors.New("no cluster ID (a snapshot of an idgen without cluster identity? start a new cluster with fresh data dirs)")
 	}
-	if len(s.Slots) != s.Layout.Slots() {
-		return fmt.Errorf("%d slots, layout has %d", len(s.Slots), s.Layout.Slots())
+	if len(s.ClusterID) > maxIDLen {
+		return fmt.Errorf("cluster ID of %d bytes (at most %d)", len(s.ClusterID), maxIDLen)
+	}
+	if len(s.Slots) != l.Slots() {
+		return fmt.Errorf("%d slots, layout has %d", len(s.Slots), l.Slots())
 	}
 	for id, info := range s.Nodes {
-		if err := info.validate(); err != nil || info.ID != id {
+		if info.ID != id {
+			return fmt.Errorf("node %q is recorded as %q", id, info.ID)
+		}
+		if err := info.validate(); err != nil {
+			return fmt.Errorf("node %q: %v", id, err)
+		}
+		if err := info.checkDatacenter(l); err != nil {
 			return fmt.Errorf("node %q: %v", id, err)
 		}
 	}
-	for _, t := range s.Tenures {
-		if t.Slot < 0 || t.Slot >= len(s.Slots) || t.Granted < t.Floor || t.ClaimedIndex == 0 {
-			return fmt.Errorf("bad tenure %+v", t)
+	maxTS := l.MaxTimestamp()
+	// byIndex finds a tenure by its claim's index, which names it uniquely.
+	byIndex := make(map[uint64]int, len(s.Tenures))
+	for k, t := range s.Tenures {
+		_, dup := byIndex[t.ClaimedIndex]
+		switch {
+		case t.Slot < 0 || t.Slot >= len(s.Slots):
+			return fmt.Errorf("tenure %+v: slot not in 0..%d", t, len(s.Slots)-1)
+		case validID("node ID", t.NodeID) != nil:
+			return fmt.Errorf("tenure %+v: %v", t, validID("node ID", t.NodeID))
+		case t.ClaimedIndex == 0 || dup:
+			return fmt.Errorf("tenure %+v: claim index zero or not unique", t)
+		case t.ReleasedIndex != 0 && t.ReleasedIndex <= t.ClaimedIndex:
+			return fmt.Errorf("tenure %+v: released before it was claimed", t)
+		case t.ClaimedIndex > s.Index || t.ReleasedIndex > s.Index:
+			// A later claim would reuse its index as a tenure ID.
+			return fmt.Errorf("tenure %+v: after the state's last applied index %d", t, s.Index)
+		case t.Floor < 0 || t.Granted < t.Floor || t.Granted > maxTS:
+			return fmt.Errorf("tenure %+v: window not in 0..%d", t, maxTS)
 		}
+		byIndex[t.ClaimedIndex] = k
 	}
+	owners := map[string]int{}
 	for i, sl := range s.Slots {
+		if sl.HighWater < 0 || sl.HighWater > maxTS {
+			return fmt.Errorf("slot %d: highWater %d not in 0..%d", i, sl.HighWater, maxTS)
+		}
 		if (sl.Owner == "") != (sl.Tenure == 0) {
 			return fmt.Errorf("slot %d: owner %q with tenure %d", i, sl.Owner, sl.Tenure)
 		}
 		if sl.Owner == "" {
 			continue
 		}
-		found := false
-		for _, t := range s.Tenures {
-			if t.Slot == i && t.ClaimedIndex == sl.Tenure && t.NodeID == sl.Owner && t.ReleasedIndex == 0 && t.Granted == sl.HighWater {
-				found = true
-			}
+		if j, ok := owners[sl.Owner]; ok {
+			return fmt.Errorf("slots %d and %d are both held by %q", j, i, sl.Owner)
 		}
-		if !found {
+		owners[sl.Owner] = i
+		if _, ok := s.Nodes[sl.Owner]; !ok {
+			return fmt.Errorf("slot %d: owner %q is not a known node", i, sl.Owner)
+		}
+		k, ok := byIndex[sl.Tenure]
+		if !ok || s.Tenures[k].Slot != i || s.Tenures[k].NodeID != sl.Owner || s.Tenures[k].ReleasedIndex != 0 || s.Tenures[k].Granted != sl.HighWater {
 			return fmt.Errorf("slot %d: no open tenure %d of %s at highWater %d", i, sl.Tenure, sl.Owner, sl.HighWater)
 		}
 	}

@@ -2,8 +2,10 @@ package cluster
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -238,7 +240,7 @@ func TestReserveFencesNonOwner(t *testing.T) {
 		t.Fatal("a should hold slot 0")
 	}
 	mustErr(t, res[3], ErrNotOwner)
-	mustErr(t, applyAll(t, f, reserveCmd("a", 9, 99))[0], ErrNotOwner)
+	mustErr(t, applyAll(t, f, reserveCmd("a", 9, 99))[0], ErrBadCommand) // no slot 9 in 8
 	if hw := f.state.Slots[0].HighWater; hw != 0 {
 		t.Fatalf("non-owner moved high-water to %d", hw)
 	}
@@ -347,6 +349,215 @@ func TestRestoreRefusesBrokenSnapshots(t *testing.T) {
 	} {
 		f := newFSM()
 		if err := f.Restore(io.NopCloser(strings.NewReader(body))); err == nil {
+			t.Errorf("%s: restored", name)
+		}
+	}
+}
+
+// unchanged fails unless f's state equals before, but for the Index that
+// Apply sets for every entry.
+func unchanged(t *testing.T, name string, f *fsm, before *state) {
+	t.Helper()
+	after := f.state.clone()
+	after.Index = before.Index
+	if !reflect.DeepEqual(before, after) {
+		t.Errorf("%s: changed the state:\n got %+v\nwant %+v", name, after, before)
+	}
+}
+
+// TestCommandsOutsideTheLayoutAreRefused: every field Apply uses as an index
+// or a bound is checked against the cluster's layout. A Claim with datacenter
+// 2^62 once passed validate, was committed, and panicked freeSlot on every
+// replica on every replay of the log.
+func TestCommandsOutsideTheLayoutAreRefused(t *testing.T) {
+	f := newFSM()
+	applyAll(t, f, initCmd(), claimCmd("a", -1), reserveCmd("a", 0, 10))
+	max := f.state.Layout.MaxTimestamp()
+	cases := []struct {
+		name string
+		c    command
+		want string
+	}{
+		{"claim with datacenter 2^62", claimCmd("big", 1<<62), "datacenter 4611686018427387904"},
+		{"claim with datacenter MaxInt", claimCmd("big", math.MaxInt), "datacenter"},
+		{"claim with datacenter 4 of 4", claimCmd("four", 4), "datacenter 4 not in -1..3"},
+		{"claim with datacenter -2", claimCmd("neg", -2), "datacenter -2"},
+		{"claim with datacenter MinInt", claimCmd("neg", math.MinInt), "datacenter"},
+		{"reserve of slot 99", reserveCmd("a", 99, 20), "slot 99"},
+		{"reserve of slot 8 of 8", reserveCmd("a", 8, 20), "slot 8"},
+		{"reserve of slot -1", reserveCmd("a", -1, 20), "slot -1"},
+		{"reserve of slot MinInt", reserveCmd("a", math.MinInt, 20), "slot"},
+		{"reserve past the layout's last timestamp", reserveCmd("a", 0, max+1), "up to"},
+		{"reserve up to MaxInt64", reserveCmd("a", 0, math.MaxInt64), "up to"},
+		{"reserve up to a negative timestamp", reserveCmd("a", 0, -1), "negative"},
+	}
+	for _, tc := range cases {
+		before := f.state.clone()
+		c := withTenure(f, tc.c)
+		if err := before.admit(c); !errors.Is(err, ErrBadCommand) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: admit = %v, want %v naming %q", tc.name, err, ErrBadCommand, tc.want)
+		}
+		res := applyAll(t, f, c)[0]
+		if err, ok := res.(error); !ok || !errors.Is(err, ErrBadCommand) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Apply = %v, want %v naming %q", tc.name, res, ErrBadCommand, tc.want)
+		}
+		unchanged(t, tc.name, f, before)
+		if err := f.state.check(); err != nil {
+			t.Errorf("%s: state no longer passes check: %v", tc.name, err)
+		}
+	}
+	if _, ok := f.state.Nodes["big"]; ok {
+		t.Fatal("the refused claim stored its node")
+	}
+	// The bounds themselves are accepted.
+	mustResult(t, applyAll(t, f, reserveCmd("a", 0, max))[0])
+	mustResult(t, applyAll(t, f, claimCmd("b", 3))[0])
+}
+
+// TestInitOutsideItsLayoutIsRefused: an Init cannot ask for more slots than
+// a replica can allocate, nor start past its layout's last timestamp.
+func TestInitOutsideItsLayoutIsRefused(t *testing.T) {
+	huge := initCmd()
+	huge.Layout.TimestampBits, huge.Layout.DatacenterBits, huge.Layout.MachineBits, huge.Layout.SequenceBits = 1, 30, 31, 1
+	late := initCmd()
+	late.Start = late.Layout.MaxTimestamp() + 1
+	negative := initCmd()
+	negative.Start = -1
+	for name, c := range map[string]command{"2^61 slots": huge, "start past the layout": late, "negative start": negative} {
+		f := newFSM()
+		mustErr(t, applyAll(t, f, c)[0], ErrBadCommand)
+		unchanged(t, name, f, newState())
+	}
+}
+
+// TestCorruptEntryOfAKnownTypeIsRefused: every replica holds the same bytes,
+// so an entry of a known type that does not decode is refused with an error
+// result, deterministically, instead of crash-looping the cluster.
+func TestCorruptEntryOfAKnownTypeIsRefused(t *testing.T) {
+	f := newFSM()
+	applyAll(t, f, initCmd(), claimCmd("a", -1))
+	for name, data := range map[string][]byte{
+		"not JSON":            {byte(cmdClaim), '{'},
+		"no body":             {byte(cmdReserve)},
+		"wrong field type":    append([]byte{byte(cmdClaim)}, `{"node":{"id":"x","datacenter":"one"}}`...),
+		"datacenter too wide": append([]byte{byte(cmdClaim)}, `{"node":{"id":"x","datacenter":1e30}}`...),
+		"empty entry":         {},
+	} {
+		before := f.state.clone()
+		idx := f.state.Index + 1
+		res := f.Apply(&raft.Log{Index: idx, Type: raft.LogCommand, Data: data})
+		mustErr(t, res, ErrBadCommand)
+		if f.state.Index != idx {
+			t.Errorf("%s: Index %d, want %d: Apply sets it for every entry", name, f.state.Index, idx)
+		}
+		unchanged(t, name, f, before)
+	}
+}
+
+// TestKnownCommandTypes: Apply stops the node on exactly the types this
+// version does not know, and known() agrees with String().
+func TestKnownCommandTypes(t *testing.T) {
+	for b := 0; b < 256; b++ {
+		typ := commandType(b)
+		if typ.known() == strings.HasPrefix(typ.String(), "unknown(") {
+			t.Errorf("type %d: known() = %v but String() = %q", b, typ.known(), typ.String())
+		}
+		f := newFSM()
+		applyAll(t, f, initCmd())
+		panicked := func() (p bool) {
+			defer func() { p = recover() != nil }()
+			f.Apply(&raft.Log{Index: 2, Type: raft.LogCommand, Data: []byte{byte(b), '{', '}'}})
+			return false
+		}()
+		if panicked == typ.known() {
+			t.Errorf("type %s: Apply panicked = %v", typ, panicked)
+		}
+	}
+}
+
+// TestMissingTenureRecordIsRefused: a state without the record of an owned
+// slot's tenure (which check refuses to restore) still never panics Apply:
+// every command that would touch the record is refused and changes nothing.
+func TestMissingTenureRecordIsRefused(t *testing.T) {
+	f := newFSM()
+	applyAll(t, f, initCmd(), claimCmd("a", -1), claimCmd("b", -1))
+	f.state.Tenures = f.state.Tenures[1:] // a's record is gone
+	for name, c := range map[string]command{
+		"re-claim": claimCmd("a", -1),
+		"reserve":  reserveCmd("a", 0, 50),
+		"release":  releaseCmd("a"),
+		"remove":   {Type: cmdRemove, NodeID: "a"},
+	} {
+		before := f.state.clone()
+		mustErr(t, applyAll(t, f, c)[0], errStateCorrupt)
+		unchanged(t, name, f, before)
+	}
+	mustResult(t, applyAll(t, f, reserveCmd("b", 1, 50))[0])
+}
+
+// TestFreeSlotTakesAnyDatacenter: freeSlot never indexes outside the slots,
+// whatever datacenter it is asked for.
+func TestFreeSlotTakesAnyDatacenter(t *testing.T) {
+	f := newFSM()
+	applyAll(t, f, initCmd(), claimCmd("a", -1))
+	for _, dc := range []int{math.MinInt, -2, -1, 0, 3, 4, 1 << 30, 1 << 62, math.MaxInt} {
+		if got := f.state.freeSlot(dc); got < 1 || got >= len(f.state.Slots) {
+			t.Errorf("freeSlot(%d) = %d", dc, got)
+		}
+	}
+}
+
+// TestRestoreRefusesStatesApplyCannotMake: each snapshot here breaks a bound
+// Apply or a reader indexes by (or an invariant Apply keeps); each must be
+// refused rather than loaded.
+func TestRestoreRefusesStatesApplyCannotMake(t *testing.T) {
+	valid := func() *state {
+		f := newFSM()
+		applyAll(t, f, initCmd(), claimCmd("a", -1), claimCmd("b", 1), reserveCmd("a", 0, 77), releaseCmd("b"), claimCmd("c", 2))
+		return f.state.clone()
+	}
+	restore := func(s *state) error {
+		body, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newFSM().Restore(io.NopCloser(bytes.NewReader(body)))
+	}
+	if err := restore(valid()); err != nil {
+		t.Fatalf("a valid state was refused: %v", err)
+	}
+	for name, breakIt := range map[string]func(s *state){
+		"tenure with empty node ID":      func(s *state) { s.Tenures[0].NodeID = "" },
+		"tenure with a 65-byte node ID":  func(s *state) { s.Tenures[1].NodeID = strings.Repeat("x", 65) },
+		"tenure of slot 8 of 8":          func(s *state) { s.Tenures[1].Slot = 8 },
+		"tenure of slot -1":              func(s *state) { s.Tenures[1].Slot = -1 },
+		"tenure with a negative floor":   func(s *state) { s.Tenures[1].Floor, s.Tenures[1].Granted = -5, -5 },
+		"tenure granted past the layout": func(s *state) { s.Tenures[1].Granted = s.Layout.MaxTimestamp() + 1 },
+		"two tenures of one claim":       func(s *state) { s.Tenures[1].ClaimedIndex = s.Tenures[0].ClaimedIndex },
+		"tenure released before claimed": func(s *state) { s.Tenures[1].ReleasedIndex = 1 },
+		"tenure claimed after the index": func(s *state) { s.Tenures[1].ClaimedIndex = s.Index + 1 },
+		"negative highWater":             func(s *state) { s.Slots[5].HighWater = -1 },
+		"highWater past the layout":      func(s *state) { s.Slots[5].HighWater = s.Layout.MaxTimestamp() + 1 },
+		"one slot too many":              func(s *state) { s.Slots = append(s.Slots, slotState{}) },
+		"one slot too few":               func(s *state) { s.Slots = s.Slots[:7] },
+		"owner that is not a node":       func(s *state) { delete(s.Nodes, "a") },
+		"owner of two slots":             func(s *state) { s.Slots[5] = s.Slots[0] },
+		"node under another ID":          func(s *state) { s.Nodes["z"] = s.Nodes["a"] },
+		"node with datacenter 2^62":      func(s *state) { n := s.Nodes["b"]; n.Datacenter = 1 << 62; s.Nodes["b"] = n },
+		"node with datacenter -2":        func(s *state) { n := s.Nodes["b"]; n.Datacenter = -2; s.Nodes["b"] = n },
+		"node with a 300-byte address":   func(s *state) { n := s.Nodes["b"]; n.RaftAddr = strings.Repeat("x", 300); s.Nodes["b"] = n },
+		"cluster ID of 65 bytes":         func(s *state) { s.ClusterID = strings.Repeat("c", 65) },
+		"layout of 2^20 slots":           func(s *state) { s.Layout.DatacenterBits = 19 },
+		"invalid layout":                 func(s *state) { s.Layout.Unit = 0 },
+		"nodes without a layout":         func(s *state) { s.Layout, s.Slots, s.Tenures, s.ClusterID = nil, nil, nil, "" },
+		"owned slot without tenure":      func(s *state) { s.Slots[0].Tenure = 0 },
+		"owned slot with a closed tenure": func(s *state) {
+			s.Tenures[0].ReleasedIndex = s.Index
+		},
+	} {
+		s := valid()
+		breakIt(s)
+		if err := restore(s); err == nil {
 			t.Errorf("%s: restored", name)
 		}
 	}

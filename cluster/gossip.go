@@ -33,6 +33,15 @@ type meta struct {
 	// known; a leader never adds a member of another cluster.
 	ClusterID string `json:"c,omitempty"`
 	Created   int64  `json:"ct,omitempty"`
+	// History is how much of its cluster's log the node has applied, kept
+	// coarse (coarseIndex) so that it changes rarely: when two clusters meet,
+	// the one with clearly more history keeps serving (identity.go).
+	History uint64 `json:"ix,omitempty"`
+	// WindowSlot (slot+1, 0 for none) and WindowGranted are the last window
+	// the node's generator held: another cluster that meets this one fences
+	// that slot above it (leader.go, fenceYounger).
+	WindowSlot    int   `json:"ws,omitempty"`
+	WindowGranted int64 `json:"wg,omitempty"`
 }
 
 // gossipMember is a member as the node last saw it, including dead ones,

@@ -3,6 +3,7 @@ package cluster
 import (
 	"encoding/json"
 	"fmt"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"time"
@@ -81,33 +82,92 @@ func (n *Node) trackIdentity() {
 	n.logger.Info("cluster identity", "cluster", fromState.String())
 }
 
+// clusterAge is what decides which of two clusters that meet keeps serving.
+type clusterAge struct {
+	identity
+	history uint64 // coarse applied log index (coarseIndex)
+}
+
+// historyMargin: below this many entries of difference (on top of a factor of
+// two) two clusters' histories count as a tie.
+const historyMargin = 16
+
+// outranks reports whether a keeps serving when it meets b. The cluster with
+// clearly more committed history wins (at least twice b's, plus a margin);
+// only when the two are close does the creation time decide, then the ID.
+// Creation times are the bootstrapping nodes' clocks: a wiped seed whose
+// clock is behind would otherwise stop the cluster that has been serving.
+func (a clusterAge) outranks(b clusterAge) bool {
+	switch {
+	case a.history >= 2*b.history+historyMargin:
+		return true
+	case b.history >= 2*a.history+historyMargin:
+		return false
+	}
+	return a.identity.olderThan(b.identity)
+}
+
+func (a clusterAge) String() string {
+	return fmt.Sprintf("%s with about %d log entries", a.identity, a.history)
+}
+
+// coarseIndex keeps the top four significant bits of an index: a value that
+// changes rarely enough to gossip, within an eighth of the truth.
+func coarseIndex(i uint64) uint64 {
+	if i < 16 {
+		return i
+	}
+	return i &^ (uint64(1)<<(bits.Len64(i)-4) - 1)
+}
+
+// history is this node's applied log index, coarse.
+func (n *Node) history() uint64 {
+	var i uint64
+	n.fsm.view(func(s *state) { i = s.Index })
+	return coarseIndex(i)
+}
+
 // checkConflict looks for gossip members of another cluster. Two clusters
-// would hand out the same slots, so when this node's cluster is the younger
-// one it stops issuing for good (until restarted), and says what to do; the
-// older side logs the conflict and keeps serving. Either side exports it.
+// would hand out the same slots, so when this node's cluster is outranked
+// (clusterAge.outranks) it stops issuing for good (until restarted), and says
+// what to do; the other side logs the conflict, fences what this side may
+// have issued (fenceForeign) and keeps serving. Either side exports it.
 func (n *Node) checkConflict() {
 	own := n.identity.Load()
 	if own == nil {
 		return
 	}
+	mine := clusterAge{*own, n.history()}
+	others := map[string]clusterAge{}
+	via := map[string]gossipMember{}
 	for _, m := range n.gossip.snapshot() {
 		if m.State != "alive" || !m.Parsed || m.Meta.ClusterID == "" || m.Meta.ClusterID == own.ID {
 			continue
 		}
-		other := identity{ID: m.Meta.ClusterID, Created: m.Meta.Created}
-		if _, seen := n.conflicts.LoadOrStore(other.ID, other); !seen {
-			n.logger.Error("met a member of another cluster", "own_cluster", own.String(), "other_cluster", other.String(),
-				"member", m.Meta.Name, "gossip_addr", m.Addr, "own_is_younger", !own.olderThan(other))
+		o := others[m.Meta.ClusterID]
+		o.identity = identity{ID: m.Meta.ClusterID, Created: m.Meta.Created}
+		if m.Meta.History >= o.history {
+			o.history = m.Meta.History
+			via[o.ID] = m
 		}
-		if own.olderThan(other) || n.conflict.Load() != nil {
+		others[o.ID] = o
+	}
+	for id, other := range others {
+		m := via[id]
+		wins := mine.outranks(other)
+		if _, seen := n.conflicts.LoadOrStore(id, other.identity); !seen {
+			n.logger.Error("met a member of another cluster", "own_cluster", mine.String(), "other_cluster", other.String(),
+				"member", m.Meta.Name, "gossip_addr", m.Addr, "own_keeps_serving", wins)
+		}
+		if wins || n.conflict.Load() != nil {
 			continue
 		}
 		// The agent sees the reason, revokes the generator and claims no more.
-		reason := fmt.Sprintf("this node belongs to cluster %s, but gossip reached node %s (%s) of the older cluster %s. "+
-			"Two clusters would issue the same slots, so this node stopped issuing. Its data dir was probably wiped, or it was "+
-			"bootstrapped apart: stop it, wipe its data dir and start it again with --join to the older cluster's nodes; or keep "+
-			"the two deployments on separate gossip networks",
-			own, m.Meta.Name, m.Addr, other)
+		reason := fmt.Sprintf("this node belongs to cluster %s, but gossip reached node %s (%s) of cluster %s, which has "+
+			"more history. Two clusters would issue the same slots, so this node stopped issuing. Its data dir was probably "+
+			"wiped, or it was bootstrapped apart: stop it, wipe its data dir and start it again with --join to the other "+
+			"cluster's nodes; or keep the two deployments on separate gossip networks",
+			mine, m.Meta.Name, m.Addr, other)
 		n.conflict.Store(&reason)
 		n.logger.Error("stopping issuing: " + n.Conflict().Error())
 	}

@@ -71,13 +71,20 @@ func (n *Node) leaderLoop(stop chan struct{}) {
 		}
 	}
 	n.leaderReady.Store(true)
+	// Until the Init entry is applied every Claim is refused, so a failed
+	// establish (a slow disk, a commit timeout) is retried with backoff for as
+	// long as this node leads; it is never left to a leadership change.
+	var retryInit <-chan time.Time
+	backoff := establishBackoff
 	if err := n.establish(); err != nil {
-		n.logger.Error("establish leadership", "err", err)
+		n.logger.Error("establish leadership; retrying", "err", err, "in", backoff)
+		retryInit = time.After(backoff)
 	}
 	tick := time.NewTicker(n.cfg.ReconcileInterval)
 	defer tick.Stop()
 	for {
 		n.reconcile()
+		n.fenceForeign()
 		if n.leaderClockIsOutlier() {
 			return
 		}
@@ -86,9 +93,23 @@ func (n *Node) leaderLoop(stop chan struct{}) {
 			return
 		case <-tick.C:
 		case <-n.gossip.events:
+		case <-retryInit:
+			retryInit = nil
+			if err := n.establish(); err != nil {
+				backoff = min(2*backoff, maxEstablishBackoff)
+				n.logger.Error("establish leadership; retrying", "err", err, "in", backoff)
+				retryInit = time.After(backoff)
+			}
 		}
 	}
 }
+
+// The first retry of a failed establish comes after establishBackoff, each
+// next one after twice the wait, up to maxEstablishBackoff.
+const (
+	establishBackoff    = 100 * time.Millisecond
+	maxEstablishBackoff = 5 * time.Second
+)
 
 // establish writes the Init entry of a new cluster: a fresh random identity,
 // and every slot's highWater at this clock plus max-ahead, above anything an
@@ -118,6 +139,15 @@ func (n *Node) establish() error {
 // members are removed at once, dead or missing ones after ReapAfter. It never
 // removes the leader itself nor breaks quorum.
 func (n *Node) reconcile() {
+	// A leader whose cluster is outranked by another it meets in gossip
+	// changes no membership: it would race the other cluster's leader for
+	// the same fresh nodes, and a fresh node's log would mix both clusters.
+	// Checked here, not only on the housekeeping tick, because a gossip
+	// event that shows a new member may show the other cluster as well.
+	n.checkConflict()
+	if n.Conflict() != nil {
+		return
+	}
 	cf := n.rs.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
 		n.logger.Warn("reconcile: raft configuration", "err", err)
@@ -356,4 +386,61 @@ func (n *Node) leaderClockIsOutlier() bool {
 	n.skews.last = nil
 	n.skews.mu.Unlock()
 	return true
+}
+
+// fenceForeign closes off, in this cluster's log, every window that members
+// of another cluster report having held (their gossip metadata): a slot's
+// highWater rises above it before any node of this cluster may claim there
+// again, and a tenure holding such a slot ends. Without it, a wiped seed that
+// formed a cluster of its own and issued on slot k until the clusters met
+// would have its IDs issued again by whoever took slot k here next (starting
+// at this cluster's highWater, which knew nothing of them). Members that are
+// dead still count: their last window is all that is known of them.
+func (n *Node) fenceForeign() {
+	own := n.ownCluster()
+	if own == "" || n.Conflict() != nil {
+		return
+	}
+	type fence struct {
+		upTo    int64
+		foreign string
+	}
+	want := map[int]fence{}
+	for _, m := range n.gossip.snapshot() {
+		if !m.Parsed || m.Meta.ClusterID == "" || m.Meta.ClusterID == own || m.Meta.WindowSlot <= 0 {
+			continue
+		}
+		slot := m.Meta.WindowSlot - 1
+		if f := want[slot]; m.Meta.WindowGranted > f.upTo {
+			want[slot] = fence{m.Meta.WindowGranted, m.Meta.ClusterID}
+		}
+	}
+	if len(want) == 0 {
+		return
+	}
+	slots := make([]int, 0, len(want))
+	for slot := range want {
+		slots = append(slots, slot)
+	}
+	sort.Ints(slots)
+	for _, slot := range slots {
+		f := want[slot]
+		var below, valid bool
+		n.fsm.view(func(s *state) {
+			valid = s.Layout != nil && slot < len(s.Slots) && f.upTo <= s.Layout.MaxTimestamp()
+			below = valid && s.Slots[slot].HighWater < f.upTo
+		})
+		if !below {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
+		_, _, err := n.raftApply(ctx, command{Type: cmdFence, Slot: slot, UpTo: f.upTo, Foreign: f.foreign, ClusterID: own})
+		cancel()
+		if err != nil {
+			n.logger.Warn("fence a window of another cluster", "slot", slot, "up_to", f.upTo, "other_cluster", f.foreign, "err", err)
+			continue
+		}
+		n.logger.Warn("fenced a window another cluster held: the slot's next tenure starts above it",
+			"slot", slot, "up_to", f.upTo, "other_cluster", f.foreign)
+	}
 }

@@ -73,6 +73,10 @@ type Config struct {
 	Forwarder Forwarder
 	Logger    *slog.Logger
 	Version   string
+
+	// applyFault, set only by this package's tests, fails a proposal before
+	// it reaches Raft (a slow disk, a commit timeout).
+	applyFault func(command) error
 }
 
 // Defaults for the tuning settings (cluster/DESIGN.md says why).
@@ -176,6 +180,13 @@ type Node struct {
 	tenure      atomic.Uint64
 	leaderReady atomic.Bool  // this node leads and has passed its Barrier
 	lastGrant   atomic.Int64 // when a reserve last extended the window, Unix ns
+	// reserveAnswered is when the last answer promising more room came (Unix
+	// ns, 0 once followed); grantLag how long the local apply of the last
+	// grant took after its answer, ns.
+	reserveAnswered atomic.Int64
+	grantLag        atomic.Int64
+	// window is the last window a generator of this node held, for gossip.
+	window atomic.Pointer[heldWindow]
 
 	identity   atomic.Pointer[identity] // the cluster this node belongs to, once known
 	conflict   atomic.Pointer[string]   // set for good once an older cluster is met
@@ -312,9 +323,15 @@ func (n *Node) housekeeping() {
 		n.checkConflict()
 		member := n.inRaftConfig(n.id)
 		skewMS := n.skew.Load() / int64(time.Millisecond)
+		history := n.history()
+		w := n.window.Load()
 		n.gossip.updateMeta(func(m *meta) {
 			m.Member = m.Member || member
 			m.SkewMS = skewMS / 100 * 100 // gossip only changes of 100 ms or more
+			m.History = history
+			if w != nil {
+				m.WindowSlot, m.WindowGranted = w.slot+1, w.granted
+			}
 		})
 		select {
 		case <-n.shutdownCh:

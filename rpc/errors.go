@@ -49,6 +49,8 @@ var errTable = []errMapping{
 
 	// The cluster is in a state the caller has to change first.
 	{cluster.ErrClusterFull, codes.FailedPrecondition, "CLUSTER_FULL"},
+	{cluster.ErrWrongCluster, codes.FailedPrecondition, "WRONG_CLUSTER"},
+	{cluster.ErrNotMember, codes.FailedPrecondition, "NOT_MEMBER"},
 	{cluster.ErrBadCommand, codes.InvalidArgument, "BAD_COMMAND"},
 	{cluster.ErrLayoutMismatch, codes.FailedPrecondition, "LAYOUT_MISMATCH"},
 	{cluster.ErrFaultInjectionDisabled, codes.FailedPrecondition, "FAULT_INJECTION_DISABLED"},

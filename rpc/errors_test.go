@@ -33,6 +33,8 @@ func TestErrorMapping(t *testing.T) {
 		{raft.ErrLeadershipTransferInProgress, codes.Unavailable, nil},
 		{cluster.ErrClusterFull, codes.FailedPrecondition, nil},
 		{cluster.ErrLayoutMismatch, codes.FailedPrecondition, nil},
+		{cluster.ErrWrongCluster, codes.FailedPrecondition, nil},
+		{cluster.ErrNotMember, codes.FailedPrecondition, nil},
 		{cluster.ErrFaultInjectionDisabled, codes.FailedPrecondition, nil},
 		{cluster.ErrRemoveSelf, codes.FailedPrecondition, nil},
 		{cluster.ErrQuorum, codes.FailedPrecondition, nil},
