@@ -258,7 +258,10 @@ func (n *Node) reserve(g *generator.Generator) {
 			n.reserveAnswered.Store(time.Now().UnixNano())
 		}
 		n.followLog(g)
-		if r.LeaderTime != 0 {
+		switch {
+		case r.ClusterTime != 0:
+			n.skew.Store(int64(sent.Sub(time.Unix(0, r.ClusterTime))))
+		case r.LeaderTime != 0:
 			n.skew.Store(int64(sent.Sub(time.Unix(0, r.LeaderTime))))
 		}
 		if *n.reason.Load() != "" {

@@ -85,7 +85,20 @@ type Status struct {
 	ClusterID string
 	// ConflictingClusters lists other clusters' IDs met through gossip.
 	ConflictingClusters []string
+	// LastWindowSlot and LastWindowGranted are the last window this node's
+	// generator held (slot -1 if none), kept after it stops: a leader of
+	// another cluster that meets this one fences it (foreign.go).
+	LastWindowSlot    int
+	LastWindowGranted int64
+	// RaftAddr is the Raft address the node advertises.
+	RaftAddr string
+	// Leaving is set once the node has begun a graceful leave.
+	Leaving bool
 }
+
+// ReasonLeaving is the not-ready reason of a node that is leaving the
+// cluster; a Status that travelled over gRPC says Leaving by it.
+const ReasonLeaving = "leaving the cluster"
 
 // Tenure is one node's hold on one slot, as recorded by the Raft log. The owner
 // may stamp timestamps t with Floor < t <= Granted.
@@ -102,4 +115,15 @@ type Tenure struct {
 // the encoded result. The rpc layer implements it with PeerService.Apply.
 type Forwarder interface {
 	Forward(ctx context.Context, leaderGRPCAddr string, command []byte) ([]byte, error)
+}
+
+// Prober asks the node at a gRPC address for its Status over the
+// authenticated transport: with TLS, the call shows this node's server
+// certificate and counts only if the answering node shows a server
+// certificate from the cluster CA. The leader adds, promotes, moves and
+// removes members only on such answers, never on gossip alone; a Status
+// here needs ID, ClusterID, AppliedIndex, LastIndex, RaftAddr and Leaving.
+// The rpc layer implements it with ClusterService.Status and Members.
+type Prober interface {
+	Probe(ctx context.Context, grpcAddr string) (Status, error)
 }

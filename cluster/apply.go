@@ -129,18 +129,39 @@ func (n *Node) handle(ctx context.Context, c command) (result, error) {
 
 // leaderApply is the leader-side guard in front of the log (DESIGN.md
 // section 3): it refuses skewed clocks and clamps reservations to the
-// leader's clock plus max-ahead before proposing. Apply itself never reads a clock.
+// cluster's time plus max-ahead before proposing. The cluster's time is the
+// quorum-th latest of this leader's clock and the voters' latest reports
+// (clustertime.go); a leader whose own clock is off it by more than max-skew
+// grants nothing and hands off. Apply itself never reads a clock.
 func (n *Node) leaderApply(ctx context.Context, c command) (result, error) {
 	now := n.clock.Now()
 	if c.Type == cmdClaim && !n.inRaftConfig(c.Node.ID) {
 		return result{}, fmt.Errorf("%w: node %s is not a server in cluster %s's Raft configuration; the leader adds "+
 			"members it meets in gossip, and gives slots only to them", ErrNotMember, c.Node.ID, n.ownCluster())
 	}
-	if c.Type == cmdClaim || c.Type == cmdReserve {
-		skew := time.Unix(0, c.SentAt).Sub(now)
-		n.skews.observe(c.nodeID(), skew, time.Now())
-		if skew > n.cfg.MaxSkew || skew < -n.cfg.MaxSkew {
-			return result{}, fmt.Errorf("%w: the node's clock is %v off the leader's (max %v); fix its time source",
+	clockful := c.Type == cmdClaim || c.Type == cmdReserve
+	if clockful {
+		n.clocks.observe(c.nodeID(), clockSample{reported: time.Unix(0, c.SentAt), leader: now, at: time.Now()})
+	}
+	ct, known := n.clusterNow(now)
+	answer := result{LeaderTime: now.UnixNano(), ClusterID: n.ownCluster()}
+	if known {
+		answer.ClusterTime = ct.UnixNano()
+	}
+	if clockful {
+		if off := now.Sub(ct); known && (off > n.cfg.MaxSkew || off < -n.cfg.MaxSkew) {
+			select {
+			case n.handoff <- struct{}{}:
+			default:
+			}
+			return result{}, fmt.Errorf("%w: this leader's clock is %v off the cluster's time (the median of the voters' clocks, max skew %v); "+
+				"it grants nothing and hands off leadership", ErrLeaderNotReady, off.Round(time.Millisecond), n.cfg.MaxSkew)
+		}
+		// Until a quorum of voters' clocks is known there is nothing to judge
+		// the sender's clock by but this leader's own, which may be the wrong
+		// one: the check waits (and a Reserve grants nothing new, below).
+		if skew := time.Unix(0, c.SentAt).Sub(ct); known && (skew > n.cfg.MaxSkew || skew < -n.cfg.MaxSkew) {
+			return result{}, fmt.Errorf("%w: the node's clock is %v off the cluster's time (max %v); fix its time source",
 				ErrClockSkew, skew.Round(time.Millisecond), n.cfg.MaxSkew)
 		}
 	}
@@ -154,12 +175,18 @@ func (n *Node) leaderApply(ctx context.Context, c command) (result, error) {
 		n.fsm.view(func(s *state) {
 			if holds = s.holds(c.NodeID, c.Slot, c.Tenure); holds {
 				highWater = s.Slots[c.Slot].HighWater
-				limit = s.Layout.Units(now) + unitsCeil(n.cfg.MaxAhead, s.Layout.Unit)
+				limit = s.Layout.Units(ct) + unitsCeil(n.cfg.MaxAhead, s.Layout.Unit)
 				maxTS = s.Layout.MaxTimestamp()
 			}
 		})
 		if !holds {
 			return result{}, fmt.Errorf("%w: node %s does not hold slot %d under tenure %d", ErrNotOwner, c.NodeID, c.Slot, c.Tenure)
+		}
+		if !known {
+			// Fewer than a quorum of voters' clocks are known (a new leader's
+			// first seconds): no grant rests on this leader's clock alone. The
+			// next reserves bring the reports.
+			limit = highWater
 		}
 		if c.UpTo > limit {
 			c.UpTo = limit
@@ -170,11 +197,12 @@ func (n *Node) leaderApply(ctx context.Context, c command) (result, error) {
 		if c.UpTo <= highWater {
 			// Nothing new to grant yet; highWater was granted to this tenure
 			// already (a new tenure starts at it), so repeating it is safe.
-			return result{Slot: c.Slot, Granted: highWater, Tenure: c.Tenure, LeaderTime: now.UnixNano(), ClusterID: n.ownCluster()}, nil
+			answer.Slot, answer.Granted, answer.Tenure = c.Slot, highWater, c.Tenure
+			return answer, nil
 		}
 	}
 	r, _, err := n.raftApply(ctx, c)
-	r.LeaderTime, r.ClusterID = now.UnixNano(), n.ownCluster()
+	r.LeaderTime, r.ClusterTime, r.ClusterID = answer.LeaderTime, answer.ClusterTime, answer.ClusterID
 	return r, err
 }
 

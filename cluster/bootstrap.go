@@ -25,6 +25,8 @@ func (n *Node) bootstrap() {
 	}
 	tick := time.NewTicker(bootstrapTick)
 	defer tick.Stop()
+	proved := map[string]string{}  // fresh peers that answered as themselves: ID -> Raft address
+	refused := map[string]string{} // the last reason logged for a peer that did not
 	for {
 		select {
 		case <-n.shutdownCh:
@@ -35,6 +37,7 @@ func (n *Node) bootstrap() {
 			return
 		}
 		var fresh []raft.Server
+		grpcOf := map[string]string{}
 		existing := false
 		for id, m := range n.gossip.snapshot() {
 			if m.State != "alive" || !m.Parsed {
@@ -46,6 +49,7 @@ func (n *Node) bootstrap() {
 			}
 			if m.Meta.Expect == n.cfg.BootstrapExpect {
 				fresh = append(fresh, raft.Server{ID: raft.ServerID(id), Address: raft.ServerAddress(m.Meta.RaftAddr)})
+				grpcOf[id] = m.Meta.GRPCAddr
 			}
 		}
 		if existing {
@@ -53,11 +57,55 @@ func (n *Node) bootstrap() {
 			return
 		}
 		if n.cfg.BootstrapExpect > 1 && len(fresh) >= n.cfg.BootstrapExpect {
-			sort.Slice(fresh, func(i, j int) bool { return fresh[i].ID < fresh[j].ID })
-			n.bootstrapWith(fresh)
-			return
+			// Gossip alone puts no voter in the first configuration: only
+			// peers that answer over the authenticated transport count.
+			fresh = n.provenPeers(fresh, grpcOf, proved, refused)
+			if len(fresh) >= n.cfg.BootstrapExpect {
+				sort.Slice(fresh, func(i, j int) bool { return fresh[i].ID < fresh[j].ID })
+				n.bootstrapWith(fresh)
+				return
+			}
 		}
 	}
+}
+
+// provenPeers keeps, of the fresh nodes gossip shows, this node and those
+// that answer over the authenticated transport (probe.go) as themselves, at
+// the Raft address gossip shows, not leaving and in no cluster yet. proved
+// remembers who did, so each peer is asked until it answers once.
+func (n *Node) provenPeers(fresh []raft.Server, grpcOf, proved, refused map[string]string) []raft.Server {
+	probes := map[probeKey]bool{}
+	for _, s := range fresh {
+		if id := string(s.ID); id != n.id && proved[id] != string(s.Address) {
+			probes[probeKey{id, grpcOf[id]}] = true
+		}
+	}
+	answers := n.probeAll(probes)
+	var out []raft.Server
+	for _, s := range fresh {
+		id := string(s.ID)
+		if id != n.id && proved[id] != string(s.Address) {
+			st, _, err := answerOf(id, []string{grpcOf[id]}, answers)
+			if err == nil {
+				err = joinProof(st, string(s.Address), "")
+			}
+			if err != nil {
+				if refused[id] != err.Error() {
+					refused[id] = err.Error()
+					// Peers that start a little later do not answer at first.
+					log := n.logger.Warn
+					if errors.Is(err, errProbeUnanswered) {
+						log = n.logger.Info
+					}
+					log("bootstrap: not counting a gossip member as a peer until it answers as a node", "id", id, "reason", err)
+				}
+				continue
+			}
+			proved[id] = string(s.Address)
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // partOfCluster reports whether this node has a leader or a configuration.

@@ -106,6 +106,9 @@ type result struct {
 	Index uint64 `json:"index,omitempty"`
 	// LeaderTime is the leader's clock (Unix nanoseconds) when it answered.
 	LeaderTime int64 `json:"leader_time,omitempty"`
+	// ClusterTime is the cluster's time as the leader reckoned it (Unix ns),
+	// 0 while fewer than a quorum of voters' clocks were known.
+	ClusterTime int64 `json:"cluster_time,omitempty"`
 	// ClusterID names the answering leader's cluster; a follower ignores an
 	// answer from another cluster. An answer is only a hint in any case: a
 	// node mints from its own applied log (agent.go).

@@ -112,7 +112,7 @@ func TestDelayedClaimNeverExtendsAnOldGenerator(t *testing.T) {
 		})
 	}
 	remove(x.id)
-	tc.add("y", 1, "a")
+	tc.add("y", 1, "a").cfg.MaxSkew, tc.specs["y"].cfg.ReapAfter = time.Minute, time.Hour
 	y := tc.start("y")
 	waitFor(t, 30*time.Second, "y to hold x's old slot", func() bool { return y.Status().Slot == r2.Slot })
 	waitReady(t, y)

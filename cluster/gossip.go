@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/idgen/idgen/cluster/door"
 )
 
 // meta is the node metadata carried by gossip (memberlist caps it at 512 bytes).
@@ -33,15 +35,6 @@ type meta struct {
 	// known; a leader never adds a member of another cluster.
 	ClusterID string `json:"c,omitempty"`
 	Created   int64  `json:"ct,omitempty"`
-	// History is how much of its cluster's log the node has applied, kept
-	// coarse (coarseIndex) so that it changes rarely: when two clusters meet,
-	// the one with clearly more history keeps serving (identity.go).
-	History uint64 `json:"ix,omitempty"`
-	// WindowSlot (slot+1, 0 for none) and WindowGranted are the last window
-	// the node's generator held: another cluster that meets this one fences
-	// that slot above it (leader.go, fenceYounger).
-	WindowSlot    int   `json:"ws,omitempty"`
-	WindowGranted int64 `json:"wg,omitempty"`
 }
 
 // gossipMember is a member as the node last saw it, including dead ones,
@@ -60,6 +53,7 @@ type gossipMember struct {
 type gossip struct {
 	list   *memberlist.Memberlist
 	logger *slog.Logger
+	noise  *door.RateLog // memberlist's warnings and errors
 
 	mu      sync.Mutex
 	local   meta
@@ -88,6 +82,11 @@ func openGossip(cfg *Config, nodeID string, local meta, logger *slog.Logger) (*g
 	if err != nil {
 		return nil, fmt.Errorf("gossip address: %w", err)
 	}
+	// memberlist cannot parse a host name and then binds every interface,
+	// TCP and UDP: the caller resolves names to the IP it means.
+	if net.ParseIP(host) == nil {
+		return nil, fmt.Errorf("gossip address %s: %q is not an IP; resolve the name first (memberlist would bind every interface)", cfg.GossipAddr, host)
+	}
 	mc.BindAddr, mc.BindPort = host, port
 	ahost, aport, err := splitHostPort(cfg.GossipAdvertise)
 	if err != nil {
@@ -102,9 +101,20 @@ func openGossip(cfg *Config, nodeID string, local meta, logger *slog.Logger) (*g
 	if err := secureGossip(mc, cfg); err != nil {
 		return nil, err
 	}
-	mc.Logger = log.New(&slogWriter{logger: logger.With("component", "memberlist")}, "", 0)
+	// Its warnings and errors, one per junk packet, are rate limited:
+	// one line per peer and kind a minute, with a count (door.RateLog).
+	mlog := logger.With("component", "memberlist")
+	g.noise = door.NewRateLog(mlog, 0)
+	mc.Logger = log.New(&slogWriter{logger: mlog, limit: g.noise}, "", 0)
+	// memberlist's own transport on mc's bind address, with a cap on
+	// inbound TCP streams (gossipdoor.go).
+	streams, err := capGossipStreams(mc, gossipMaxStreams, g.noise)
+	if err != nil {
+		return nil, fmt.Errorf("start gossip on %s: %w", cfg.GossipAddr, err)
+	}
 	list, err := memberlist.Create(mc)
 	if err != nil {
+		streams.Shutdown()
 		return nil, fmt.Errorf("start gossip on %s: %w", cfg.GossipAddr, err)
 	}
 	g.list = list

@@ -37,6 +37,25 @@ func (f *localForwarder) Forward(ctx context.Context, addr string, cmd []byte) (
 	return n.ApplyForwarded(ctx, cmd)
 }
 
+// Probe answers with the Status of the node at addr, in-process: the test
+// stand-in for rpc's PeerProber (ClusterService over mutual TLS). Only a
+// started node of the test cluster answers; an address nothing serves is
+// refused, as a member without a server certificate is by the real one.
+func (f *localForwarder) Probe(ctx context.Context, addr string) (Status, error) {
+	f.mu.Lock()
+	n := f.byAddr[addr]
+	f.mu.Unlock()
+	if n == nil {
+		return Status{}, fmt.Errorf("probe %s: connection refused", addr)
+	}
+	select {
+	case <-n.Done():
+		return Status{}, fmt.Errorf("probe %s: connection refused", addr)
+	default:
+	}
+	return n.Status(), nil
+}
+
 func (f *localForwarder) set(addr string, n *Node) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -103,6 +122,7 @@ func (tc *testCluster) add(name string, expect int, join ...string) *nodeSpec {
 		JoinRetryInterval: 500 * time.Millisecond,
 		GossipLocal:       true,
 		Forwarder:         tc.fwd,
+		Prober:            tc.fwd,
 		Logger:            testLogger(tc.t, name),
 	}
 	tc.mu.Lock()

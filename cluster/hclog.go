@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/idgen/idgen/cluster/door"
 )
 
 // slogTrace is where hclog's Trace lands in slog: below Debug, so it shows
@@ -172,7 +174,13 @@ func (a *hclogAdapter) StandardWriter(*hclog.StandardLoggerOptions) io.Writer {
 // slogWriter turns std log lines ("[WARN] memberlist: msg") into slog
 // records at the tagged level. memberlist takes only a *log.Logger, so its
 // messages arrive as text; the level and component are all there is to keep.
-type slogWriter struct{ logger *slog.Logger }
+// With limit set, warnings and errors go through it: memberlist logs one
+// line per junk packet or stream (a refused label, a failed decrypt), so
+// anyone who can send UDP to the port could otherwise flood the log.
+type slogWriter struct {
+	logger *slog.Logger
+	limit  *door.RateLog
+}
 
 var logTags = []struct {
 	tag   string
@@ -200,8 +208,37 @@ func (w *slogWriter) Write(p []byte) (int, error) {
 	if i := strings.Index(line, ": "); i > 0 && !strings.ContainsAny(line[:i], " =") {
 		line = line[i+2:]
 	}
+	if w.limit != nil && level >= slog.LevelWarn {
+		kind, peer := noiseKey(line)
+		w.limit.Log(level, kind, peer, line)
+		return len(p), nil
+	}
 	w.logger.Log(context.Background(), level, line)
 	return len(p), nil
+}
+
+// noiseKey sorts a memberlist line for rate limiting: its kind is the
+// message up to the first detail (":", a quote, a number), so an attacker's
+// label or bytes cannot make new kinds; its peer is the host of its
+// "from=" field (memberlist's LogAddress and LogConn), if any.
+func noiseKey(line string) (kind, peer string) {
+	kind = line
+	if i := strings.Index(line, " from="); i >= 0 {
+		kind = line[:i]
+		peer = line[i+len(" from="):]
+		if j := strings.IndexByte(peer, ' '); j >= 0 {
+			peer = peer[:j]
+		}
+		peer = door.PeerString(peer)
+	}
+	if i := strings.IndexAny(kind, ":\"'(0123456789"); i >= 0 {
+		kind = kind[:i]
+	}
+	kind = strings.TrimSpace(kind)
+	if len(kind) > 80 {
+		kind = kind[:80]
+	}
+	return kind, peer
 }
 
 var _ io.Writer = (*slogWriter)(nil)

@@ -139,21 +139,28 @@ func (n *Node) checkConflict() {
 	}
 	mine := clusterAge{*own, n.history()}
 	others := map[string]clusterAge{}
-	via := map[string]gossipMember{}
-	for _, m := range n.gossip.snapshot() {
-		if m.State != "alive" || !m.Parsed || m.Meta.ClusterID == "" || m.Meta.ClusterID == own.ID {
+	via := map[string]foreignProof{}
+	now := time.Now()
+	// Only what a member proved over the authenticated transport counts
+	// (foreign.go): a gossip key alone can make up a cluster with any history.
+	for _, p := range n.proveForeign(own.ID) {
+		if now.Sub(p.at) > foreignConflictTTL {
 			continue
 		}
-		o := others[m.Meta.ClusterID]
-		o.identity = identity{ID: m.Meta.ClusterID, Created: m.Meta.Created}
-		if m.Meta.History >= o.history {
-			o.history = m.Meta.History
-			via[o.ID] = m
+		o := others[p.cluster]
+		o.identity = identity{ID: p.cluster, Created: p.created}
+		if p.history >= o.history {
+			o.history = p.history
+			via[p.cluster] = p
 		}
-		others[o.ID] = o
+		others[p.cluster] = o
 	}
 	for id, other := range others {
-		m := via[id]
+		p := via[id]
+		var m gossipMember
+		if gm, ok := n.gossip.snapshot()[p.id]; ok {
+			m = gm
+		}
 		wins := mine.outranks(other)
 		if _, seen := n.conflicts.LoadOrStore(id, other.identity); !seen {
 			n.logger.Error("met a member of another cluster", "own_cluster", mine.String(), "other_cluster", other.String(),

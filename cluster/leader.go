@@ -4,8 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -18,6 +19,25 @@ type leaderState struct {
 	// nonvoterSince: when a server was first seen as a non-voter, to promote
 	// only members that have been stable for a sweep.
 	nonvoterSince map[string]time.Time
+	// unprovenSince: non-voters gossip shows alive that have not proved
+	// themselves over the authenticated transport (probe.go), since when;
+	// one that never does is removed after ReapAfter.
+	unprovenSince map[string]time.Time
+	// provenAddr: the gRPC address each member last answered at as itself.
+	provenAddr map[string]string
+	// backoff: members not in Raft whose probe failed, and when to ask again;
+	// wake is the earliest of those times (zero for none).
+	backoff map[string]probeBackoff
+	wake    time.Time
+	// refused: the last reason logged for not acting on a member.
+	refused map[string]string
+}
+
+func newLeaderState() leaderState {
+	return leaderState{
+		absentSince: map[string]time.Time{}, nonvoterSince: map[string]time.Time{}, unprovenSince: map[string]time.Time{},
+		provenAddr: map[string]string{}, backoff: map[string]probeBackoff{}, refused: map[string]string{},
+	}
 }
 
 // monitorLeadership starts and stops the leader loop as leadership changes.
@@ -57,7 +77,7 @@ func (n *Node) leaderLoop(stop chan struct{}) {
 	n.logger.Info("gained leadership")
 	defer n.logger.Info("lost leadership")
 	defer n.leaderReady.Store(false)
-	n.leaderState = leaderState{absentSince: map[string]time.Time{}, nonvoterSince: map[string]time.Time{}}
+	n.leaderState = newLeaderState()
 	for {
 		if err := n.rs.raft.Barrier(applyTimeout).Error(); err == nil {
 			break
@@ -88,11 +108,22 @@ func (n *Node) leaderLoop(stop chan struct{}) {
 		if n.leaderClockIsOutlier() {
 			return
 		}
+		// A member whose probe failed is asked again when its backoff ends,
+		// not only on the next sweep.
+		var wake <-chan time.Time
+		if w := n.leaderState.wake; !w.IsZero() {
+			wake = time.After(max(time.Until(w), 0))
+		}
 		select {
 		case <-stop:
 			return
 		case <-tick.C:
 		case <-n.gossip.events:
+		case <-wake:
+		case <-n.handoff:
+			if n.leaderClockIsOffClusterTime() {
+				return
+			}
 		case <-retryInit:
 			retryInit = nil
 			if err := n.establish(); err != nil {
@@ -134,11 +165,17 @@ func (n *Node) establish() error {
 	return err
 }
 
-// reconcile brings Raft membership and slot ownership in line with gossip:
-// alive members join as non-voters and are promoted while voters < 5; left
-// members are removed at once, dead or missing ones after ReapAfter. It never
-// removes the leader itself nor breaks quorum.
+// reconcile brings Raft membership and slot ownership in line with what the
+// members themselves answer: gossip shows who may exist, and the leader asks
+// them over the authenticated transport (probe.go) before it acts. Alive
+// members that answer as themselves join as non-voters; non-voters that
+// follow this log are promoted while voters < 5, and ones that never prove
+// themselves go after ReapAfter. A server gossip shows as left goes at once
+// if it says it is leaving or does not answer; one dead, missing or left
+// that still answers as a member stays. It never removes the leader itself
+// nor breaks quorum.
 func (n *Node) reconcile() {
+	defer n.sweeps.Add(1)
 	// A leader whose cluster is outranked by another it meets in gossip
 	// changes no membership: it would race the other cluster's leader for
 	// the same fresh nodes, and a fresh node's log would mix both clusters.
@@ -157,6 +194,8 @@ func (n *Node) reconcile() {
 	members := n.gossip.snapshot()
 	now := time.Now()
 	ls := &n.leaderState
+	own := n.ownCluster()
+	leaderApplied := n.rs.raft.AppliedIndex()
 
 	inRaft := map[string]raft.Server{}
 	voters := 0
@@ -165,6 +204,92 @@ func (n *Node) reconcile() {
 		if s.Suffrage == raft.Voter {
 			voters++
 		}
+	}
+	// The gRPC addresses nodes' own Claims recorded, and the nodes in the
+	// state (holding a slot) but not in Raft.
+	stateAddr := map[string]string{}
+	var stateOnly []string
+	n.fsm.view(func(s *state) {
+		for _, id := range s.sortedNodeIDs() {
+			stateAddr[id] = s.Nodes[id].GRPCAddr
+			if _, ok := inRaft[id]; !ok && id != n.id {
+				stateOnly = append(stateOnly, id)
+			}
+		}
+	})
+	alive := func(id string) bool {
+		m, seen := members[id]
+		return seen && (m.State == "alive" || m.State == "suspect")
+	}
+	addrsOf := func(id string) []string {
+		m, seen := members[id]
+		return probeAddrs(id, ls.provenAddr[id], stateAddr[id], m, seen)
+	}
+
+	// First decide whom to ask, then ask them all at once: a sweep waits at
+	// most one probeTimeout per probeParallel members it asks, and members
+	// that failed are asked again only after a backoff.
+	probes := map[probeKey]bool{}
+	ask := func(id string) {
+		for _, a := range addrsOf(id) {
+			probes[probeKey{id, a}] = true
+		}
+	}
+	// gone: servers and slot holders that gossip shows left, or absent for
+	// ReapAfter, with whether the news is a leave.
+	gone := map[string]bool{}
+	absent := func(id string) {
+		if alive(id) {
+			delete(ls.absentSince, id)
+			return
+		}
+		m, seen := members[id]
+		if _, ok := ls.absentSince[id]; !ok {
+			since := now
+			if seen && m.State == "dead" && m.Since.Before(now) {
+				since = m.Since
+			}
+			ls.absentSince[id] = since
+		}
+		left := seen && m.State == "left"
+		if left || now.Sub(ls.absentSince[id]) >= n.cfg.ReapAfter {
+			gone[id] = left
+			ask(id)
+		}
+	}
+	for _, s := range servers {
+		if id := string(s.ID); id != n.id {
+			absent(id)
+		}
+	}
+	for _, id := range stateOnly {
+		absent(id)
+	}
+	ids := make([]string, 0, len(members))
+	for id := range members {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	joinKey := func(m gossipMember) string { return m.Meta.GRPCAddr + " " + m.Meta.RaftAddr }
+	for _, id := range ids {
+		m := members[id]
+		if m.State != "alive" || !m.Parsed || m.Meta.RaftAddr == "" || id == n.id || !n.addable(m) {
+			continue
+		}
+		s, ok := inRaft[id]
+		switch {
+		case !ok && ls.backedOff(id, joinKey(m), now):
+		case !ok, string(s.Address) != m.Meta.RaftAddr, s.Suffrage != raft.Voter:
+			ask(id)
+		}
+	}
+	answers := n.probeAll(probes)
+	answer := func(id string) (Status, error) {
+		st, addr, err := answerOf(id, addrsOf(id), answers)
+		if err == nil {
+			ls.provenAddr[id] = addr
+		}
+		return st, err
 	}
 
 	// A leader that restarted on a new address still has its old one in the
@@ -181,62 +306,45 @@ func (n *Node) reconcile() {
 		}
 	}
 
-	// Remove servers that left, or that have been gone longer than ReapAfter.
+	// Remove servers (and free slots of nodes not in Raft) that gossip shows
+	// as left, or that have been gone from it for longer than ReapAfter, unless
+	// they still answer as members of this cluster: then the gossip news is
+	// false (anyone with the gossip key can send it) and a left one waits like
+	// a dead one. Servers first, in configuration order, then slot holders.
+	reapGone := func(id string, why string) {
+		left, ok := gone[id]
+		if !ok {
+			return
+		}
+		st, err := answer(id)
+		switch {
+		case err == nil && st.Leaving:
+			n.reap(id, why+"; it says it is leaving")
+		case err == nil && st.ClusterID == own:
+			news := "gone from gossip for reap-after"
+			if left {
+				news = "left"
+			}
+			n.refuse(id, members[id].Meta.Name, "not removing a member gossip shows as "+news,
+				errors.New("it answers over the authenticated transport as a member of this cluster"))
+		default:
+			if err == nil {
+				err = fmt.Errorf("%w (it names cluster %q)", errProbeCluster, st.ClusterID)
+			}
+			n.reap(id, fmt.Sprintf("%s; %v", why, err))
+		}
+	}
 	for _, s := range servers {
-		id := string(s.ID)
-		if id == n.id {
-			continue
-		}
-		m, seen := members[id]
-		if seen && (m.State == "alive" || m.State == "suspect") {
-			delete(ls.absentSince, id)
-			continue
-		}
-		if _, ok := ls.absentSince[id]; !ok {
-			since := now
-			if seen && m.State == "dead" && m.Since.Before(now) {
-				since = m.Since
-			}
-			ls.absentSince[id] = since
-		}
-		if (seen && m.State == "left") || now.Sub(ls.absentSince[id]) >= n.cfg.ReapAfter {
-			n.reap(id, "gone from gossip")
+		if id := string(s.ID); id != n.id {
+			reapGone(id, "gone from gossip")
 		}
 	}
-
-	// Nodes in the state (holding a slot) but not in Raft: free their slots
-	// on the same terms.
-	var stateOnly []string
-	n.fsm.view(func(s *state) {
-		for _, id := range s.sortedNodeIDs() {
-			if _, ok := inRaft[id]; !ok && id != n.id {
-				stateOnly = append(stateOnly, id)
-			}
-		}
-	})
 	for _, id := range stateOnly {
-		m, seen := members[id]
-		if seen && (m.State == "alive" || m.State == "suspect") {
-			continue // about to be added back below
-		}
-		if seen && m.State == "left" {
-			n.reap(id, "left")
-			continue
-		}
-		if _, ok := ls.absentSince[id]; !ok {
-			ls.absentSince[id] = now
-		}
-		if now.Sub(ls.absentSince[id]) >= n.cfg.ReapAfter {
-			n.reap(id, "not in raft and gone from gossip")
-		}
+		reapGone(id, "not in raft and gone from gossip")
 	}
 
-	// Add alive members as non-voters; promote stable non-voters.
-	ids := make([]string, 0, len(members))
-	for id := range members {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
+	// Add alive members that answer as themselves as non-voters; promote
+	// non-voters that follow this log; move servers whose address changed.
 	for _, id := range ids {
 		m := members[id]
 		if m.State != "alive" || !m.Parsed || m.Meta.RaftAddr == "" || id == n.id {
@@ -250,6 +358,19 @@ func (n *Node) reconcile() {
 		}
 		s, ok := inRaft[id]
 		if !ok {
+			if ls.backedOff(id, joinKey(m), now) {
+				continue
+			}
+			st, err := answer(id)
+			if err == nil {
+				err = joinProof(st, m.Meta.RaftAddr, own)
+			}
+			if err != nil {
+				ls.probeFailed(id, joinKey(m), now)
+				n.refuse(id, m.Meta.Name, "not adding a gossip member to raft", err)
+				continue
+			}
+			delete(ls.backoff, id)
 			// A wiped data dir comes back as a new ID on the old address;
 			// Raft refuses two servers on one address, so the old one goes,
 			// but only once gossip no longer sees it alive: otherwise the two
@@ -259,7 +380,7 @@ func (n *Node) reconcile() {
 				if string(old.Address) != m.Meta.RaftAddr || string(old.ID) == id || string(old.ID) == n.id {
 					continue
 				}
-				if om, seen := members[string(old.ID)]; seen && (om.State == "alive" || om.State == "suspect") {
+				if alive(string(old.ID)) {
 					taken = true
 					continue
 				}
@@ -275,11 +396,21 @@ func (n *Node) reconcile() {
 			}
 			n.logger.Info("added non-voter", "id", id, "name", m.Meta.Name, "raft", m.Meta.RaftAddr)
 			ls.nonvoterSince[id] = now
+			delete(ls.refused, id)
 			continue
 		}
 		if string(s.Address) != m.Meta.RaftAddr {
 			// The node restarted on a new address with its old state: adding
-			// it again under the same ID updates the address.
+			// it again under the same ID updates the address, once the node
+			// itself says that is its address.
+			st, err := answer(id)
+			if err == nil {
+				err = memberProof(st, m.Meta.RaftAddr, own)
+			}
+			if err != nil {
+				n.refuse(id, m.Meta.Name, "not moving a server to the raft address gossip shows", err)
+				continue
+			}
 			add := n.rs.raft.AddNonvoter
 			if s.Suffrage == raft.Voter {
 				add = n.rs.raft.AddVoter
@@ -288,13 +419,33 @@ func (n *Node) reconcile() {
 				n.logger.Warn("reconcile: update raft address", "id", id, "err", err)
 			} else {
 				n.logger.Info("updated raft address", "id", id, "from", s.Address, "to", m.Meta.RaftAddr)
+				delete(ls.refused, id)
 			}
 			continue
 		}
 		if s.Suffrage == raft.Voter {
 			delete(ls.nonvoterSince, id)
+			delete(ls.unprovenSince, id)
 			continue
 		}
+		st, err := answer(id)
+		if err == nil {
+			err = promoteProof(st, string(s.Address), own, leaderApplied)
+		}
+		if err != nil {
+			if _, ok := ls.unprovenSince[id]; !ok {
+				ls.unprovenSince[id] = now
+			}
+			if now.Sub(ls.unprovenSince[id]) >= n.cfg.ReapAfter {
+				delete(ls.unprovenSince, id)
+				n.reap(id, fmt.Sprintf("a non-voter that has not proved itself for reap-after: %v", err))
+				continue
+			}
+			n.refuse(id, m.Meta.Name, "not promoting a non-voter", err)
+			continue
+		}
+		delete(ls.unprovenSince, id)
+		delete(ls.refused, id)
 		since, ok := ls.nonvoterSince[id]
 		if !ok {
 			ls.nonvoterSince[id] = now
@@ -310,6 +461,20 @@ func (n *Node) reconcile() {
 			n.logger.Info("promoted to voter", "id", id, "voters", voters)
 		}
 	}
+
+	// Forget backoffs of members gossip no longer shows alive, and wake the
+	// leader loop when the next backed-off probe is due (one already due
+	// waits for the next sweep or event: it may not be asked again at all).
+	ls.wake = time.Time{}
+	for id, b := range ls.backoff {
+		if members[id].State != "alive" {
+			delete(ls.backoff, id)
+			continue
+		}
+		if b.next.After(now) && (ls.wake.IsZero() || b.next.Before(ls.wake)) {
+			ls.wake = b.next
+		}
+	}
 }
 
 // reap removes a node from the state and from Raft, logging the reason.
@@ -322,49 +487,66 @@ func (n *Node) reap(id, why string) {
 		return
 	}
 	delete(n.leaderState.absentSince, id)
+	delete(n.leaderState.unprovenSince, id)
+	delete(n.leaderState.provenAddr, id)
+	delete(n.leaderState.refused, id)
 	n.logger.Info("reaped node", "id", id, "reason", why, "freed_slot", slot)
 }
 
-// skewTracker remembers the clock differences the leader measured on recent
-// requests, per node.
-type skewTracker struct {
-	mu   sync.Mutex
-	last map[string]skewSample
-}
-
-type skewSample struct {
-	skew time.Duration
-	at   time.Time
-}
-
-func (t *skewTracker) observe(id string, skew time.Duration, at time.Time) {
-	if id == "" {
-		return
+// leaderClockIsOffClusterTime hands leadership away when this leader's clock
+// is more than max-skew off the cluster's time: it grants nothing meanwhile
+// (leaderApply), and a voter with a good clock can. It returns true when
+// leadership was handed off.
+func (n *Node) leaderClockIsOffClusterTime() bool {
+	now := n.clock.Now()
+	ct, known := n.clusterNow(now)
+	off := now.Sub(ct)
+	if !known || (off <= n.cfg.MaxSkew && off >= -n.cfg.MaxSkew) {
+		return false
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.last == nil {
-		t.last = map[string]skewSample{}
+	n.logger.Warn("this leader's clock is off the cluster's time; handing off leadership",
+		"offset", off.Round(time.Millisecond), "max_skew", n.cfg.MaxSkew)
+	// To a voter whose clock agrees with the cluster's time if one is known:
+	// left to Raft, the most caught-up follower may be another wrong clock.
+	f := n.rs.raft.LeadershipTransfer
+	if id, addr, ok := n.inStepVoter(ct); ok {
+		f = func() raft.Future { return n.rs.raft.LeadershipTransferToServer(id, addr) }
 	}
-	t.last[id] = skewSample{skew, at}
+	if err := f().Error(); err != nil {
+		n.logger.Warn("leadership transfer", "err", err)
+		return false
+	}
+	return true
 }
 
-// recent counts the nodes heard from within window whose clocks were off by
-// more than max, and those within it.
-func (t *skewTracker) recent(self string, window, max time.Duration, now time.Time) (off, within int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for id, s := range t.last {
-		if id == self || now.Sub(s.at) > window {
+// inStepVoter picks the voter (other than this node) whose reported clock is
+// closest to ct, if it is within max-skew of it.
+func (n *Node) inStepVoter(ct time.Time) (raft.ServerID, raft.ServerAddress, bool) {
+	cf := n.rs.raft.GetConfiguration()
+	if cf.Error() != nil {
+		return "", "", false
+	}
+	var (
+		best     raft.Server
+		bestSkew time.Duration = -1
+	)
+	for _, s := range cf.Configuration().Servers {
+		if s.Suffrage != raft.Voter || string(s.ID) == n.id {
 			continue
 		}
-		if s.skew > max || s.skew < -max {
-			off++
-		} else {
-			within++
+		est := n.clocks.estimates([]string{string(s.ID)}, time.Now())
+		if len(est) == 0 {
+			continue
+		}
+		skew := est[0].Sub(ct)
+		if skew < 0 {
+			skew = -skew
+		}
+		if skew <= n.cfg.MaxSkew && (bestSkew < 0 || skew < bestSkew) {
+			best, bestSkew = s, skew
 		}
 	}
-	return off, within
+	return best.ID, best.Address, bestSkew >= 0
 }
 
 // leaderClockIsOutlier hands leadership away when most nodes that spoke to
@@ -372,7 +554,7 @@ func (t *skewTracker) recent(self string, window, max time.Duration, now time.Ti
 // not theirs, is the one that is off, and while it leads nobody else can get
 // room. It returns true when leadership was handed off.
 func (n *Node) leaderClockIsOutlier() bool {
-	off, within := n.skews.recent(n.id, 5*time.Second, n.cfg.MaxSkew, time.Now())
+	off, within := n.clocks.recent(n.id, 5*time.Second, n.cfg.MaxSkew, time.Now())
 	if off < 2 || off <= within {
 		return false
 	}
@@ -382,20 +564,20 @@ func (n *Node) leaderClockIsOutlier() bool {
 		n.logger.Warn("leadership transfer", "err", err)
 		return false
 	}
-	n.skews.mu.Lock()
-	n.skews.last = nil
-	n.skews.mu.Unlock()
+	n.clocks.reset()
 	return true
 }
 
 // fenceForeign closes off, in this cluster's log, every window that members
-// of another cluster report having held (their gossip metadata): a slot's
-// highWater rises above it before any node of this cluster may claim there
-// again, and a tenure holding such a slot ends. Without it, a wiped seed that
-// formed a cluster of its own and issued on slot k until the clusters met
-// would have its IDs issued again by whoever took slot k here next (starting
-// at this cluster's highWater, which knew nothing of them). Members that are
-// dead still count: their last window is all that is known of them.
+// of another cluster proved to have held (their own answer over the
+// authenticated transport, foreign.go; never gossip alone, which a gossip key
+// could fill with windows that burn slots for good): a slot's highWater rises
+// above it before any node of this cluster may claim there again, and a
+// tenure holding such a slot ends. Without it, a wiped seed that formed a
+// cluster of its own and issued on slot k until the clusters met would have
+// its IDs issued again by whoever took slot k here next (starting at this
+// cluster's highWater, which knew nothing of them). Members that have died
+// since still count: their last proven window is all that is known of them.
 func (n *Node) fenceForeign() {
 	own := n.ownCluster()
 	if own == "" || n.Conflict() != nil {
@@ -406,13 +588,12 @@ func (n *Node) fenceForeign() {
 		foreign string
 	}
 	want := map[int]fence{}
-	for _, m := range n.gossip.snapshot() {
-		if !m.Parsed || m.Meta.ClusterID == "" || m.Meta.ClusterID == own || m.Meta.WindowSlot <= 0 {
+	for _, p := range n.proveForeign(own) {
+		if p.slot < 0 {
 			continue
 		}
-		slot := m.Meta.WindowSlot - 1
-		if f := want[slot]; m.Meta.WindowGranted > f.upTo {
-			want[slot] = fence{m.Meta.WindowGranted, m.Meta.ClusterID}
+		if f := want[p.slot]; p.granted > f.upTo {
+			want[p.slot] = fence{p.granted, p.cluster}
 		}
 	}
 	if len(want) == 0 {

@@ -74,6 +74,13 @@ type Config struct {
 	Logger    *slog.Logger
 	Version   string
 
+	// Prober asks members over the authenticated transport who they are;
+	// the leader adds, promotes and removes members only on its answers
+	// (probe.go). Without one no member is added, --bootstrap-expect above
+	// 1 never finds its peers, and a server that cannot be asked counts as
+	// unreachable.
+	Prober Prober
+
 	// applyFault, set only by this package's tests, fails a proposal before
 	// it reaches Raft (a slow disk, a commit timeout).
 	applyFault func(command) error
@@ -185,8 +192,11 @@ type Node struct {
 	// grant took after its answer, ns.
 	reserveAnswered atomic.Int64
 	grantLag        atomic.Int64
-	// window is the last window a generator of this node held, for gossip.
+	// window is the last window a generator of this node held, for gossip
+	// and Status.
 	window atomic.Pointer[heldWindow]
+	// foreign: what members of other clusters proved of themselves.
+	foreign foreignBook
 
 	identity   atomic.Pointer[identity] // the cluster this node belongs to, once known
 	conflict   atomic.Pointer[string]   // set for good once an older cluster is met
@@ -196,12 +206,18 @@ type Node struct {
 	leaderSeen atomic.Int64 // when a leader was last known, Unix ns
 
 	leaderState leaderState
-	skews       skewTracker
+	clocks      clockBook // the nodes' latest clock reports, while leading
+	// handoff asks the leader loop to hand leadership on (its clock is off
+	// the cluster's time).
+	handoff chan struct{}
 
 	shutdownOnce sync.Once
 	shutdownCh   chan struct{}
 	leaving      atomic.Bool
 	wg           sync.WaitGroup
+
+	// sweeps counts the reconcile sweeps this node ran as leader (tests).
+	sweeps atomic.Uint64
 }
 
 // Open starts a node: it opens the data dir, Raft and gossip, and starts the
@@ -230,6 +246,7 @@ func Open(cfg Config) (*Node, error) {
 		clock:      &offsetClock{base: cfg.Clock},
 		fsm:        newFSM(),
 		shutdownCh: make(chan struct{}),
+		handoff:    make(chan struct{}, 1),
 	}
 	n.setReason("starting")
 	local := meta{
@@ -323,15 +340,9 @@ func (n *Node) housekeeping() {
 		n.checkConflict()
 		member := n.inRaftConfig(n.id)
 		skewMS := n.skew.Load() / int64(time.Millisecond)
-		history := n.history()
-		w := n.window.Load()
 		n.gossip.updateMeta(func(m *meta) {
 			m.Member = m.Member || member
 			m.SkewMS = skewMS / 100 * 100 // gossip only changes of 100 ms or more
-			m.History = history
-			if w != nil {
-				m.WindowSlot, m.WindowGranted = w.slot+1, w.granted
-			}
 		})
 		select {
 		case <-n.shutdownCh:
@@ -358,7 +369,7 @@ func (n *Node) inRaftConfig(id string) bool {
 // Ready reports whether the node can issue IDs now, and why not.
 func (n *Node) Ready() (bool, string) {
 	if n.leaving.Load() {
-		return false, "leaving the cluster"
+		return false, ReasonLeaving
 	}
 	if err := n.Conflict(); err != nil {
 		return false, err.Error()
@@ -381,7 +392,28 @@ func (n *Node) Ready() (bool, string) {
 	if g.Granted() <= g.Head() && time.Since(time.Unix(0, n.lastGrant.Load())) > grantGrace {
 		return false, fmt.Sprintf("no room to issue: granted window ends at %d, issuing at %d; waiting for the leader", g.Granted(), g.Head())
 	}
+	// A lone voter's clock is the cluster's time: a step back of it is not a
+	// window granted ahead of the cluster, and the node keeps issuing from
+	// its cursor as it always has.
+	if ahead := n.windowAhead(g); ahead > n.cfg.MaxAhead+n.cfg.Layout.Unit+aheadSlack && n.otherVoters() > 0 {
+		return false, fmt.Sprintf("window runs %v ahead of the cluster's time (max-ahead %v): it was granted while a clock was wrong, "+
+			"or the data dir was restored from an old copy; IDs from it would decode to future times, so the node waits for real time to catch up",
+			ahead.Round(time.Second), n.cfg.MaxAhead)
+	}
 	return true, ""
+}
+
+// aheadSlack is how far past max-ahead (and a unit of rounding) a window may
+// end before the node calls itself ahead: its estimate of the cluster's time
+// is only as good as its last answer.
+const aheadSlack = time.Second
+
+// windowAhead is how far the end of g's window lies past the cluster's time,
+// as this node reckons it: its clock less its skew at the last answer.
+func (n *Node) windowAhead(g *generator.Generator) time.Duration {
+	l := n.cfg.Layout
+	clusterNow := n.clock.Now().Add(-time.Duration(n.skew.Load()))
+	return l.Time(g.Granted() + 1).Sub(clusterNow)
 }
 
 // grantGrace is how long after its window last grew a node with a used-up
@@ -434,10 +466,15 @@ func (n *Node) Status() Status {
 		ID: n.id, Name: n.cfg.Name, Slot: -1, Ready: ok, Reason: reason,
 		RaftState: n.rs.raft.State().String(), Layout: n.cfg.Layout,
 		AppliedIndex: n.rs.raft.AppliedIndex(), LastIndex: n.rs.raft.LastIndex(),
+		LastWindowSlot: -1,
+	}
+	if w := n.window.Load(); w != nil {
+		st.LastWindowSlot, st.LastWindowGranted = w.slot, w.granted
 	}
 	addr, id := n.rs.raft.LeaderWithID()
 	st.LeaderID, st.LeaderAddr = string(id), string(addr)
 	st.ClusterID = n.ownCluster()
+	st.RaftAddr, st.Leaving = n.cfg.RaftAdvertise, n.leaving.Load()
 	n.conflicts.Range(func(k, _ any) bool {
 		st.ConflictingClusters = append(st.ConflictingClusters, k.(string))
 		return true

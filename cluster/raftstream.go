@@ -4,13 +4,15 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/idgen/idgen/cluster/door"
 )
 
 // Raft connections start with a one-line greeting that names the dialer's
@@ -23,8 +25,41 @@ const (
 	maxGreetingLine = 128
 )
 
+// The Raft port's bounds (README, "Securing a cluster"). hashicorp/raft
+// gives every accepted connection a goroutine and a 256 KiB read buffer
+// before it reads a byte, so nothing reaches it before the TLS handshake and
+// the greeting are done: they run in the listener's Accept (door.Gate).
+const (
+	// raftHandshakeTimeout bounds the TLS handshake and the greeting
+	// together, from accept; a peer of the cluster needs milliseconds.
+	raftHandshakeTimeout = 5 * time.Second
+	// raftMaxPending is how many handshakes may run at once; a new
+	// connection past it closes the oldest unfinished one.
+	raftMaxPending = 64
+	// raftMaxConns caps the port's open connections, handshaking or not.
+	// A peer keeps a few to each server (a pool of 3, the pipeline, a
+	// snapshot); 256 is room for dozens of nodes.
+	raftMaxConns = 256
+)
+
 // errOtherCluster: a Raft connection from a member of another cluster.
 var errOtherCluster = errors.New("raft connection from another cluster refused")
+
+// errNoGreeting: a Raft connection whose first line is not our greeting.
+var errNoGreeting = errors.New("sent no idgen Raft greeting")
+
+// errRaftTLS: the TLS handshake of an accepted Raft connection failed.
+var errRaftTLS = errors.New("raft TLS handshake failed")
+
+// rawStream is the Raft wire under the greeting: plain TCP or TLS. Its
+// Accept returns raw TCP connections, secure runs the server side of the
+// wire's handshake on one (under the gate's deadline), and Addr is the
+// advertised address. Only clusterStreamLayer uses it.
+type rawStream interface {
+	net.Listener
+	Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error)
+	secure(net.Conn) (net.Conn, error)
+}
 
 // tcpStreamLayer is plain Raft TCP (as raft.NewTCPTransport builds it), so the
 // greeting can wrap it like the TLS layer.
@@ -54,19 +89,46 @@ func (s *tcpStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration)
 	return net.DialTimeout("tcp", string(address), timeout)
 }
 
+func (s *tcpStreamLayer) secure(c net.Conn) (net.Conn, error) { return c, nil }
+
 // clusterStreamLayer greets every dialled connection with this node's
-// cluster ID and refuses accepted connections whose greeting names another
-// cluster. An empty ID (a node whose cluster is not known yet, as during a
-// first bootstrap) matches any.
+// cluster ID and hands Raft only accepted connections that finished the
+// wire's handshake and a greeting naming this cluster, within
+// raftHandshakeTimeout; the rest are closed. An empty ID (a node whose
+// cluster is not known yet, as during a first bootstrap) matches any.
 type clusterStreamLayer struct {
-	raft.StreamLayer
-	cluster func() string
-	logger  *slog.Logger
-	warned  sync.Map // other cluster ID -> struct{}: log each once
+	stream   rawStream
+	gate     *door.Gate
+	cluster  func() string
+	refusals *door.RateLog // one line per peer and kind a minute
 }
 
+var _ raft.StreamLayer = (*clusterStreamLayer)(nil)
+
+func newClusterStreamLayer(stream rawStream, cluster func() string, logger *slog.Logger) *clusterStreamLayer {
+	s := &clusterStreamLayer{stream: stream, cluster: cluster, refusals: door.NewRateLog(logger, 0)}
+	s.gate = door.NewGate(door.Limit(stream, raftMaxConns, s.refused), s.handshake, door.GateConfig{
+		Timeout:    raftHandshakeTimeout,
+		MaxPending: raftMaxPending,
+		Refused:    s.refused,
+		AcceptError: func(err error) {
+			s.refusals.Log(slog.LevelError, "accept", "", "raft port cannot accept connections", "err", err)
+		},
+	})
+	return s
+}
+
+// Accept returns the next connection that finished its handshake.
+func (s *clusterStreamLayer) Accept() (net.Conn, error) { return s.gate.Accept() }
+
+// Close closes the listener and every connection still in its handshake.
+func (s *clusterStreamLayer) Close() error { return s.gate.Close() }
+
+// Addr is the advertised address: Raft hands it to peers.
+func (s *clusterStreamLayer) Addr() net.Addr { return s.stream.Addr() }
+
 func (s *clusterStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	c, err := s.StreamLayer.Dial(address, timeout)
+	c, err := s.stream.Dial(address, timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -79,40 +141,25 @@ func (s *clusterStreamLayer) Dial(address raft.ServerAddress, timeout time.Durat
 	return c, nil
 }
 
-func (s *clusterStreamLayer) Accept() (net.Conn, error) {
-	c, err := s.StreamLayer.Accept()
+// handshake runs in door.Gate, under its deadline: the TLS handshake (if
+// any), then the greeting.
+func (s *clusterStreamLayer) handshake(raw net.Conn) (net.Conn, error) {
+	c, err := s.stream.secure(raw)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", errRaftTLS, err)
 	}
-	// The greeting is checked on the first Read, in the connection's own
-	// goroutine, so a silent peer cannot hold up the accept loop.
-	return &greetedConn{Conn: c, layer: s}, nil
+	return s.checkGreeting(c)
 }
 
-// greetedConn checks the peer's greeting before handing any byte to Raft.
-type greetedConn struct {
-	net.Conn
-	layer *clusterStreamLayer
-	once  sync.Once
-	err   error
-	r     *bufio.Reader
-}
-
-func (c *greetedConn) Read(p []byte) (int, error) {
-	c.once.Do(func() { c.err = c.checkGreeting() })
-	if c.err != nil {
-		return 0, c.err
-	}
-	return c.r.Read(p)
-}
-
-func (c *greetedConn) checkGreeting() error {
-	c.r = bufio.NewReader(c.Conn)
+// checkGreeting reads the peer's greeting line; the connection it returns
+// hands Raft whatever the peer sent after it.
+func (s *clusterStreamLayer) checkGreeting(c net.Conn) (net.Conn, error) {
+	r := bufio.NewReaderSize(c, 2*maxGreetingLine)
 	var line []byte
 	for len(line) <= maxGreetingLine {
-		b, err := c.r.ReadByte()
+		b, err := r.ReadByte()
 		if err != nil {
-			return fmt.Errorf("raft greeting from %s: %w", c.RemoteAddr(), err)
+			return nil, fmt.Errorf("raft greeting from %s: %w", c.RemoteAddr(), err)
 		}
 		if b == '\n' {
 			break
@@ -121,15 +168,61 @@ func (c *greetedConn) checkGreeting() error {
 	}
 	theirs, ok := strings.CutPrefix(string(line), raftGreeting)
 	if !ok || len(line) > maxGreetingLine {
-		return fmt.Errorf("%w: %s sent no idgen Raft greeting", errOtherCluster, c.RemoteAddr())
+		return nil, fmt.Errorf("%w: %s %w", errOtherCluster, c.RemoteAddr(), errNoGreeting)
 	}
-	ours := c.layer.cluster()
+	ours := s.cluster()
 	if theirs == "" || ours == "" || theirs == ours {
-		return nil
+		return &greetedConn{Conn: c, r: r}, nil
 	}
-	if _, seen := c.layer.warned.LoadOrStore(theirs, struct{}{}); !seen {
-		c.layer.logger.Error("refused Raft traffic from another cluster (a leader still dialling an old member's address?)",
-			"remote", c.RemoteAddr().String(), "their_cluster", theirs, "own_cluster", ours)
-	}
-	return fmt.Errorf("%w: %s belongs to cluster %s, this node to %s", errOtherCluster, c.RemoteAddr(), theirs, ours)
+	return nil, &otherClusterError{remote: c.RemoteAddr().String(), theirs: theirs, ours: ours}
 }
+
+// otherClusterError is a greeting that names another cluster.
+type otherClusterError struct{ remote, theirs, ours string }
+
+func (e *otherClusterError) Error() string {
+	return fmt.Sprintf("%v: %s belongs to cluster %s, this node to %s", errOtherCluster, e.remote, e.theirs, e.ours)
+}
+
+func (e *otherClusterError) Unwrap() error { return errOtherCluster }
+
+// refused logs a refused Raft connection, at most once a minute per peer
+// and kind (door.RateLog), with the count of the rest.
+func (s *clusterStreamLayer) refused(remote net.Addr, err error) {
+	peer, rs := door.Peer(remote), fmt.Sprint(remote)
+	var ne net.Error
+	var other *otherClusterError
+	switch {
+	case errors.As(err, &other):
+		s.refusals.Log(slog.LevelError, "other cluster", peer,
+			"refused Raft traffic from another cluster (a leader still dialling an old member's address?)",
+			"remote", rs, "their_cluster", other.theirs, "own_cluster", other.ours)
+	case errors.Is(err, door.ErrTooMany):
+		s.refusals.Log(slog.LevelWarn, "cap", peer, "refused a Raft connection: the port holds its cap of open connections",
+			"remote", rs, "cap", raftMaxConns)
+	case errors.Is(err, door.ErrEvicted):
+		s.refusals.Log(slog.LevelWarn, "pending", peer, "closed an unfinished Raft handshake: too many at once",
+			"remote", rs, "cap", raftMaxPending)
+	case errors.As(err, &ne) && ne.Timeout():
+		s.refusals.Log(slog.LevelWarn, "timeout", peer, "closed a Raft connection that did not finish its handshake in time",
+			"remote", rs, "bound", raftHandshakeTimeout.String(), "err", err)
+	case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed):
+		s.refusals.Log(slog.LevelDebug, "closed", peer, "a Raft connection closed before its handshake", "remote", rs)
+	case errors.Is(err, errRaftTLS):
+		s.refusals.Log(slog.LevelWarn, "tls", peer, "refused a Raft connection: TLS handshake failed (not a server of this cluster's CA?)",
+			"remote", rs, "err", err)
+	case errors.Is(err, errNoGreeting):
+		s.refusals.Log(slog.LevelWarn, "greeting", peer, "refused a Raft connection: no idgen Raft greeting",
+			"remote", rs)
+	default:
+		s.refusals.Log(slog.LevelWarn, "other", peer, "refused a Raft connection", "remote", rs, "err", err)
+	}
+}
+
+// greetedConn hands Raft the bytes after the greeting.
+type greetedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *greetedConn) Read(p []byte) (int, error) { return c.r.Read(p) }

@@ -23,18 +23,20 @@ var (
 	ErrGossipKey = errors.New("gossip key must be base64 of 16, 24 or 32 bytes (idctl keygen makes one)")
 )
 
-// tlsStreamLayer is a raft.StreamLayer over TLS: both ends show a
-// certificate and cfg's VerifyConnection decides whether the peer may talk
-// Raft (tlsconf requires a server certificate from the cluster CA, on accept
-// and on dial). Without it anyone who reaches the port could append entries
-// with a higher term.
+// tlsStreamLayer is the Raft wire over TLS: both ends show a certificate
+// and cfg's VerifyConnection decides whether the peer may talk Raft
+// (tlsconf requires a server certificate from the cluster CA, on accept and
+// on dial). Without it anyone who reaches the port could append entries
+// with a higher term. Its Accept returns raw TCP connections: the server
+// side of the handshake (secure) runs in clusterStreamLayer's gate, under
+// its deadline, before Raft sees the connection.
 type tlsStreamLayer struct {
 	net.Listener
 	advertise net.Addr
 	cfg       *tls.Config
 }
 
-var _ raft.StreamLayer = (*tlsStreamLayer)(nil)
+var _ rawStream = (*tlsStreamLayer)(nil)
 
 // newTLSStreamLayer listens on bind. cfg must ask for and check the peer's
 // certificate: ClientAuth RequireAnyClientCert or stricter, and a
@@ -47,7 +49,17 @@ func newTLSStreamLayer(bind string, advertise net.Addr, cfg *tls.Config) (*tlsSt
 	if err != nil {
 		return nil, err
 	}
-	return &tlsStreamLayer{Listener: tls.NewListener(l, cfg), advertise: advertise, cfg: cfg}, nil
+	return &tlsStreamLayer{Listener: l, advertise: advertise, cfg: cfg}, nil
+}
+
+// secure completes the server side of the TLS handshake on an accepted
+// connection (cfg checks the peer's certificate).
+func (s *tlsStreamLayer) secure(c net.Conn) (net.Conn, error) {
+	tc := tls.Server(c, s.cfg)
+	if err := tc.Handshake(); err != nil {
+		return nil, err
+	}
+	return tc, nil
 }
 
 // Addr is the advertised address: Raft hands it to peers.
@@ -70,10 +82,12 @@ func (s *tlsStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration)
 }
 
 // raftTransport is TCP, or TLS when the config has RaftTLS; either way every
-// connection starts with the cluster greeting (raftstream.go).
+// connection starts with the cluster greeting, and the handshake and the
+// greeting are done, within their bounds, before Raft sees an accepted
+// connection (raftstream.go).
 func raftTransport(cfg *Config, advertise net.Addr, cluster func() string, logger hclog.Logger, slogger *slog.Logger) (*raft.NetworkTransport, error) {
 	var (
-		stream raft.StreamLayer
+		stream rawStream
 		err    error
 	)
 	if cfg.RaftTLS == nil {
@@ -84,7 +98,7 @@ func raftTransport(cfg *Config, advertise net.Addr, cluster func() string, logge
 	if err != nil {
 		return nil, err
 	}
-	greeted := &clusterStreamLayer{StreamLayer: stream, cluster: cluster, logger: slogger.With("component", "raft")}
+	greeted := newClusterStreamLayer(stream, cluster, slogger.With("component", "raft"))
 	return raft.NewNetworkTransportWithLogger(greeted, 3, 10*time.Second, logger), nil
 }
 

@@ -2,14 +2,17 @@ package rpc
 
 import (
 	"context"
-	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
+	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
 	"google.golang.org/grpc/status"
 
+	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
 	"github.com/idgen/idgen/rpc/tlsconf"
 )
 
@@ -32,29 +35,34 @@ const (
 // anyRole marks methods every certificate from the CA may call.
 const anyRole tlsconf.Role = ""
 
-// methodRoles decides, by method prefix, the role a call needs when TLS is
-// on. The first match wins; a method that matches nothing needs admin, so a
-// method added later is closed until it is listed here.
-var methodRoles = []struct {
-	prefix string
-	role   tlsconf.Role
-}{
-	{"/idgen.v1.IDService/", anyRole},
-	{"/grpc.health.v1.Health/", anyRole},
-	{"/grpc.reflection.", anyRole},
-	{"/idgen.v1.ClusterService/Members", anyRole},
-	{"/idgen.v1.ClusterService/Status", anyRole},
-	{"/idgen.v1.ClusterService/History", anyRole},
-	{"/idgen.v1.ClusterService/", tlsconf.RoleAdmin},
-	{"/idgen.v1.PeerService/", tlsconf.RoleServer},
+// methodRoles is the role each method needs when TLS is on, by full method
+// name: never by prefix, so that a method added later (a ClusterService
+// "MembersRemove", an IDService "Drain") is not open because its name begins
+// like an open one. A method not listed needs admin, so it is closed until
+// it is listed here; TestEveryServedMethodIsListed keeps the list complete.
+var methodRoles = map[string]tlsconf.Role{
+	idgenv1.IDService_GetIDBatch_FullMethodName:                            anyRole,
+	healthpb.Health_Check_FullMethodName:                                   anyRole,
+	healthpb.Health_Watch_FullMethodName:                                   anyRole,
+	healthpb.Health_List_FullMethodName:                                    anyRole,
+	reflectionv1.ServerReflection_ServerReflectionInfo_FullMethodName:      anyRole,
+	reflectionv1alpha.ServerReflection_ServerReflectionInfo_FullMethodName: anyRole,
+	idgenv1.ClusterService_Members_FullMethodName:                          anyRole,
+	idgenv1.ClusterService_Status_FullMethodName:                           anyRole,
+	idgenv1.ClusterService_History_FullMethodName:                          anyRole,
+	idgenv1.ClusterService_Join_FullMethodName:                             tlsconf.RoleAdmin,
+	idgenv1.ClusterService_Leave_FullMethodName:                            tlsconf.RoleAdmin,
+	idgenv1.ClusterService_Remove_FullMethodName:                           tlsconf.RoleAdmin,
+	idgenv1.ClusterService_Fault_FullMethodName:                            tlsconf.RoleAdmin,
+	// A follower forwarding a Claim, Reserve, Release or Remove to the
+	// leader. A server may thus remove a node too; it already speaks Raft.
+	idgenv1.PeerService_Apply_FullMethodName: tlsconf.RoleServer,
 }
 
 // RequiredRole is the role a caller needs for fullMethod ("" means any role).
 func RequiredRole(fullMethod string) tlsconf.Role {
-	for _, m := range methodRoles {
-		if strings.HasPrefix(fullMethod, m.prefix) {
-			return m.role
-		}
+	if r, ok := methodRoles[fullMethod]; ok {
+		return r
 	}
 	return tlsconf.RoleAdmin
 }

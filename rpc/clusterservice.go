@@ -55,6 +55,8 @@ func statusToProto(st cluster.Status) *idgenv1.StatusResponse {
 		Version:             b.Version,
 		Revision:            b.Revision,
 		GoVersion:           b.GoVersion,
+		LastWindowSlot:      int32(st.LastWindowSlot),
+		LastWindowGranted:   st.LastWindowGranted,
 		Id:                  st.ID,
 		Name:                st.Name,
 		Slot:                int32(st.Slot),

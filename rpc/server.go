@@ -72,6 +72,12 @@ type ServerConfig struct {
 	// (tlsconf.Material.ServerConfig: callers need a certificate from the CA)
 	// and check each caller's role per method (RequiredRole).
 	TLS *tls.Config
+	// MaxConnections caps the connections Serve holds open at once (0:
+	// DefaultMaxConnections); one past it is closed at once.
+	MaxConnections int
+	// MaxConnectionIdle closes a connection that carried no call for this
+	// long (0: DefaultMaxConnectionIdle).
+	MaxConnectionIdle time.Duration
 }
 
 func (c *ServerConfig) withDefaults() (ServerConfig, error) {
@@ -94,6 +100,12 @@ func (c *ServerConfig) withDefaults() (ServerConfig, error) {
 	if out.ReadyPollInterval == 0 {
 		out.ReadyPollInterval = DefaultReadyPollInterval
 	}
+	if out.MaxConnections == 0 {
+		out.MaxConnections = DefaultMaxConnections
+	}
+	if out.MaxConnectionIdle == 0 {
+		out.MaxConnectionIdle = DefaultMaxConnectionIdle
+	}
 	if out.Registerer == nil {
 		out.Registerer = prometheus.NewRegistry()
 	}
@@ -106,6 +118,10 @@ func (c *ServerConfig) withDefaults() (ServerConfig, error) {
 		return out, fmt.Errorf("rpc: buffer depth %d, want at least 1", out.BufferDepth)
 	case out.ReadyPollInterval < 0:
 		return out, fmt.Errorf("rpc: ready poll interval %s is negative", out.ReadyPollInterval)
+	case out.MaxConnections < 0:
+		return out, fmt.Errorf("rpc: max connections %d is negative", out.MaxConnections)
+	case out.MaxConnectionIdle < 0:
+		return out, fmt.Errorf("rpc: max connection idle %s is negative", out.MaxConnectionIdle)
 	}
 	return out, nil
 }
@@ -177,20 +193,28 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		unary = append(unary, authUnary())
 		stream = append(stream, authStream())
 	}
+	// Streaming calls last as long as the caller likes: a bounded number
+	// per connection and in all (doors.go).
+	stream = append(stream, newStreamLimit(MaxStreamsPerConn, MaxStreams).interceptor())
 	s.grpc = grpc.NewServer(append(opts,
 		grpc.ChainUnaryInterceptor(append(unary, deadlineUnary(), loggingUnary(s.log))...),
 		grpc.ChainStreamInterceptor(stream...),
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
 		grpc.MaxHeaderListSize(MaxHeaderBytes),
 		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
+		// A connection that has not finished its TLS handshake and HTTP/2
+		// preface within HandshakeTimeout is closed.
+		grpc.ConnectionTimeout(HandshakeTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             10 * time.Second,
 			PermitWithoutStream: true,
 		}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
-			// Probe idle clients so dead peers' connections are reclaimed.
-			Time:    30 * time.Second,
-			Timeout: 10 * time.Second,
+			// Probe idle clients so dead peers' connections are reclaimed,
+			// and close connections that carry no call for a while.
+			Time:              30 * time.Second,
+			Timeout:           10 * time.Second,
+			MaxConnectionIdle: c.MaxConnectionIdle,
 		}),
 	)...)
 	idgenv1.RegisterIDServiceServer(s.grpc, &idService{s: s})
@@ -208,7 +232,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 }
 
 // Serve starts the producer and the health loop (on the first call) and
-// serves gRPC on lis until Shutdown. It returns nil after Shutdown.
+// serves gRPC on lis, holding at most MaxConnections open, until Shutdown.
+// It returns nil after Shutdown.
 func (s *Server) Serve(lis net.Listener) error {
 	s.startOnce.Do(func() {
 		s.bg.Add(2)
@@ -221,7 +246,7 @@ func (s *Server) Serve(lis net.Listener) error {
 			s.healthLoop(s.healthCtx)
 		}()
 	})
-	return s.grpc.Serve(lis)
+	return s.grpc.Serve(limitListener(lis, s.cfg.MaxConnections, s.log))
 }
 
 // Shutdown stops serving: health turns NOT_SERVING at once (so balancers move

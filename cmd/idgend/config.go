@@ -7,8 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -64,6 +66,13 @@ type Config struct {
 	LogFormat            string
 	LogLevel             slog.Level
 
+	// gossipKeyInArgs: --gossip-key came from the command line, where every
+	// user of the host can read it (ps); loadSecurity warns.
+	gossipKeyInArgs bool
+	// bindNames are the bind flags given as host names, with the name: the
+	// addresses above hold the IP each resolved to.
+	bindNames map[string]string
+
 	// ShowVersion (--version) prints the build and exits.
 	ShowVersion bool
 	// CheckOnly (--check) validates flags, environment and the TLS and
@@ -91,12 +100,16 @@ const maxBufferDepth = 1024
 // returned as is.
 func parseConfig(args []string, getenv func(string) string, out io.Writer) (Config, error) {
 	var c Config
-	var join, logLevel, gossipKey, gossipKeyFile string
+	var join, logLevel, gossipKeyFile string
+	// The environment is applied first; parsingArgs tells gossipKey's Set
+	// that the command line is setting it now.
+	var parsingArgs bool
+	gossipKey := &argString{parsingArgs: &parsingArgs}
 	fs := flag.NewFlagSet("idgend", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&c.Name, "name", "", "human label for this node (default: the first 8 characters of its ID)")
 	fs.StringVar(&c.DataDir, "data-dir", "./data", "directory for the node ID, Raft log and snapshots")
-	fs.StringVar(&c.GRPCAddr, "grpc-addr", "127.0.0.1:50051", "gRPC bind address (IDService, ClusterService, health, reflection)")
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", "127.0.0.1:50051", "gRPC bind address (IDService, ClusterService, health, reflection); a host name must resolve to one IP")
 	fs.StringVar(&c.RaftAddr, "raft-addr", "127.0.0.1:50052", "Raft TCP bind address")
 	fs.StringVar(&c.GossipAddr, "gossip-addr", "127.0.0.1:7946", "gossip (memberlist) bind address, TCP and UDP")
 	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:9090", "HTTP admin bind address (/healthz, /readyz, /metrics; plaintext, read-only)")
@@ -114,10 +127,11 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.Uint64Var(&c.SnapshotThreshold, "snapshot-threshold", 0, "Raft log entries between snapshots (0 = Raft's default)")
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", 0, "how often Raft checks whether to snapshot (0 = Raft's default, 120s)")
 	fs.StringVar(&c.TLS.Cert, "tls-cert", "", "this node's server certificate (PEM; idctl tls cert create --role server); with --tls-key and --tls-ca")
-	fs.StringVar(&c.TLS.Key, "tls-key", "", "the certificate's private key (PEM)")
+	fs.StringVar(&c.TLS.Key, "tls-key", "", "the certificate's private key (PEM; readable by its owner only, mode 0600)")
 	fs.StringVar(&c.TLS.CA, "tls-ca", "", "the cluster CA (PEM): callers and Raft peers must show a certificate it signed")
-	fs.StringVar(&gossipKey, "gossip-key", "", "base64 gossip encryption key of 16, 24 or 32 bytes (idctl keygen); a comma list while rotating: the first encrypts, all decrypt")
-	fs.StringVar(&gossipKeyFile, "gossip-key-file", "", "file holding the gossip key(s), one per line or comma-separated (instead of --gossip-key)")
+	fs.Var(gossipKey, "gossip-key", "base64 gossip encryption `key` of 16, 24 or 32 bytes (idctl keygen); a comma list while rotating: the first encrypts, all decrypt. "+
+		"On the command line every user of the host sees it (ps): prefer --gossip-key-file or IDGEN_GOSSIP_KEY")
+	fs.StringVar(&gossipKeyFile, "gossip-key-file", "", "file holding the gossip key(s), one per line or comma-separated (instead of --gossip-key); mode 0600 (idctl keygen --out FILE)")
 	fs.StringVar(&c.ClusterName, "cluster-name", "idgen", "deployment name; gossip carries it as a label, so clusters of other names on the network are never heard")
 	fs.BoolVar(&c.Insecure, "insecure", false, "allow plaintext gRPC, Raft and gossip on non-loopback addresses (anyone who reaches the ports owns the cluster)")
 	fs.StringVar(&c.GossipProfile, "gossip-profile", "lan", "memberlist timing profile: lan, or local for one host (tests)")
@@ -147,6 +161,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	if envErr != nil {
 		return c, envErr
 	}
+	parsingArgs = true
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, err
@@ -178,7 +193,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 			c.Join = append(c.Join, a)
 		}
 	}
-	if err := c.readGossipKeys(gossipKey, gossipKeyFile); err != nil {
+	c.gossipKeyInArgs = gossipKey.fromArgs && gossipKey.value != ""
+	if err := c.readGossipKeys(gossipKey.value, gossipKeyFile); err != nil {
 		return c, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(logLevel)); err != nil {
@@ -187,7 +203,35 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	if err := c.validate(); err != nil {
 		return c, fmt.Errorf("%w: %v", errUsage, err)
 	}
+	for _, b := range c.binds() {
+		if name, ok := c.bindNames[b.flag]; ok {
+			c.settings = append(c.settings, fmt.Sprintf("%s %s binds %s", b.flag, name, *b.addr))
+		}
+	}
 	return c, nil
+}
+
+// argString is a string flag that knows whether the command line set it
+// (the environment sets flags through the same Set, before parsing).
+type argString struct {
+	value       string
+	fromArgs    bool
+	parsingArgs *bool
+}
+
+func (s *argString) String() string {
+	if s == nil {
+		return ""
+	}
+	return s.value
+}
+
+func (s *argString) Set(v string) error {
+	s.value = v
+	if s.parsingArgs != nil && *s.parsingArgs {
+		s.fromArgs = true
+	}
+	return nil
 }
 
 // readGossipKeys decodes --gossip-key or the content of --gossip-key-file.
@@ -196,9 +240,9 @@ func (c *Config) readGossipKeys(key, file string) error {
 		return errors.New("--gossip-key and --gossip-key-file: give one of them")
 	}
 	if file != "" {
-		b, err := os.ReadFile(file)
+		b, err := readSecretFile("--gossip-key-file", file)
 		if err != nil {
-			return fmt.Errorf("--gossip-key-file: %v", err)
+			return err
 		}
 		key = strings.Join(strings.Fields(strings.ReplaceAll(string(b), ",", " ")), ",")
 		if key == "" {
@@ -221,43 +265,117 @@ func (c *Config) readGossipKeys(key, file string) error {
 func (c *Config) secure() bool { return c.TLS.Enabled() && len(c.GossipKeys) > 0 }
 
 // checkExposure refuses plaintext on an address other hosts can reach,
-// unless --insecure: anyone who reaches such a port owns the cluster.
+// unless --insecure: anyone who reaches such a port owns the cluster. It
+// judges the resolved binds, the very IPs the listeners get.
 func (c *Config) checkExposure() error {
 	if c.secure() || c.Insecure {
 		return nil
 	}
-	for _, a := range []struct{ flag, addr string }{
-		{"--grpc-addr", c.GRPCAddr}, {"--raft-addr", c.RaftAddr}, {"--gossip-addr", c.GossipAddr}, {"--http-addr", c.HTTPAddr},
-	} {
-		if !loopback(a.addr) {
+	for _, b := range c.binds() {
+		if !loopback(*b.addr) {
+			shown := *b.addr
+			if name, ok := c.bindNames[b.flag]; ok {
+				shown = fmt.Sprintf("%s (%s)", name, *b.addr)
+			}
 			return fmt.Errorf("%s %s is not a loopback address, and without --tls-cert, --tls-key, --tls-ca and --gossip-key anyone who reaches it owns the cluster; "+
-				"set them (idctl tls, idctl keygen), bind 127.0.0.1, or pass --insecure to accept plaintext", a.flag, a.addr)
+				"set them (idctl tls, idctl keygen), bind 127.0.0.1, or pass --insecure to accept plaintext", b.flag, shown)
 		}
 	}
 	return nil
 }
 
-// loopback: the bind host is a loopback IP or a name resolving only to such.
-// An empty host binds every interface.
+// bind is one listener's flag and its address in the Config.
+type bind struct {
+	flag string
+	addr *string
+}
+
+func (c *Config) binds() []bind {
+	return []bind{{"--grpc-addr", &c.GRPCAddr}, {"--raft-addr", &c.RaftAddr}, {"--gossip-addr", &c.GossipAddr}, {"--http-addr", &c.HTTPAddr}}
+}
+
+// resolveBinds replaces each bind host name by the one IP it resolves to,
+// once, before the exposure check: the listeners then bind exactly the IP
+// the check judged. (Handed a name, memberlist cannot parse it and binds
+// every interface, TCP and UDP; a later lookup could also answer otherwise.)
+func (c *Config) resolveBinds() error {
+	for _, b := range c.binds() {
+		r, err := resolveBind(*b.addr)
+		if err != nil {
+			return fmt.Errorf("%s %q: %v", b.flag, *b.addr, err)
+		}
+		if r != *b.addr {
+			if c.bindNames == nil {
+				c.bindNames = map[string]string{}
+			}
+			c.bindNames[b.flag] = *b.addr
+			*b.addr = r
+		}
+	}
+	return nil
+}
+
+// resolveBind turns host:port into IP:port. An IP stays as it is and an
+// empty host (every interface) stays empty. A name must resolve to exactly
+// one IP, or to loopback IPs only (localhost: 127.0.0.1 and ::1), of which
+// the IPv4 one is taken, as the standard library's Listen would.
+func resolveBind(addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	if host == "" {
+		return addr, nil
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		if ip.Zone() != "" {
+			return "", fmt.Errorf("zoned address %s: memberlist cannot bind a zone; bind a loopback or global IP", host)
+		}
+		return addr, nil
+	}
+	found, err := lookupIP(host)
+	if err != nil {
+		return "", fmt.Errorf("%s does not resolve: %v", host, err)
+	}
+	var ips []net.IP
+	loop := true
+	for _, ip := range found {
+		if !slices.ContainsFunc(ips, ip.Equal) {
+			ips = append(ips, ip)
+			loop = loop && ip.IsLoopback()
+		}
+	}
+	switch {
+	case len(ips) == 0:
+		return "", fmt.Errorf("%s does not resolve to any address", host)
+	case len(ips) == 1:
+		return net.JoinHostPort(ips[0].String(), port), nil
+	case loop:
+		i := max(slices.IndexFunc(ips, func(ip net.IP) bool { return ip.To4() != nil }), 0)
+		return net.JoinHostPort(ips[i].String(), port), nil
+	}
+	names := make([]string, len(ips))
+	for i, ip := range ips {
+		names[i] = ip.String()
+	}
+	return "", fmt.Errorf("%s resolves to %d addresses (%s), and a listener binds one: give one IP (or a name with a single address)",
+		host, len(ips), strings.Join(names, ", "))
+}
+
+// loopback: the bind host is a loopback IP. Binds are resolved first
+// (resolveBinds), so a name is never judged here; an empty host binds every
+// interface.
 func loopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil || host == "" {
 		return false
 	}
-	if ip := net.ParseIP(host); ip != nil {
-		return ip.IsLoopback()
-	}
-	ips, err := net.LookupIP(host)
-	if err != nil || len(ips) == 0 {
-		return false
-	}
-	for _, ip := range ips {
-		if !ip.IsLoopback() {
-			return false
-		}
-	}
-	return true
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
+
+// lookupIP resolves bind host names; tests replace it.
+var lookupIP = net.LookupIP
 
 // clusterNameRE: the name is a gossip label (memberlist allows 255 bytes).
 var clusterNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -286,6 +404,9 @@ func (c *Config) validate() error {
 		if err := checkBindAddr(a.addr, a.zeroPort); err != nil {
 			return fmt.Errorf("%s %q: %v", a.flag, a.addr, err)
 		}
+	}
+	if err := c.resolveBinds(); err != nil {
+		return err
 	}
 	if c.Advertise != "" {
 		if strings.Contains(c.Advertise, ":") && net.ParseIP(c.Advertise) == nil {

@@ -21,7 +21,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/idgen/idgen/cluster"
 	"github.com/idgen/idgen/generator"
@@ -128,12 +127,19 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 
 	// Before the node opens, so Raft's first metrics are not lost.
-	reg, err := newRegistry(cfg.MaxSkew)
+	maxAhead := cfg.MaxAhead
+	if maxAhead == 0 {
+		maxAhead = cfg.Lead + cfg.MaxSkew // cluster.Config's default
+	}
+	reg, err := newRegistry(cfg.MaxSkew, maxAhead)
 	if err != nil {
 		return err
 	}
 	forwarder := rpc.NewPeerForwarder(sec.peerDial...)
 	defer forwarder.Close()
+	// The leader adds, promotes and removes members only on what they answer
+	// over this same authenticated link, never on gossip alone.
+	prober := rpc.NewPeerProber(sec.peerDial...)
 	node, err := cluster.Open(cluster.Config{
 		Name:                 cfg.Name,
 		DataDir:              cfg.DataDir,
@@ -159,6 +165,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		GossipKeys:           cfg.GossipKeys,
 		GossipLabel:          gossipLabel(cfg.ClusterName),
 		Forwarder:            forwarder,
+		Prober:               prober,
 		Logger:               log,
 		Version:              rpc.ReadBuildInfo().Version,
 	})
@@ -182,11 +189,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	httpSrv := &http.Server{
-		Handler:           rpc.NewAdminHandler(node, reg),
-		ReadHeaderTimeout: 5 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	// Every bound of the admin port is in admin.go.
+	httpSrv := newAdminServer(rpc.NewAdminHandler(node, reg), log)
 
 	errc := make(chan error, 2)
 	go func() {
@@ -195,7 +199,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 	}()
 	go func() {
-		if err := httpSrv.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := httpSrv.Serve(limitAdmin(httpLis, log)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("http admin server: %w", err)
 		}
 	}()

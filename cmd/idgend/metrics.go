@@ -20,9 +20,10 @@ import (
 const libraryMetricsExpiry = 2 * time.Minute
 
 // newRegistry returns the node's registry with the process, Go runtime,
-// build and library (Raft, memberlist, bolt) metrics in it, and the clock
-// skew limit the alerts compare idgen_clock_skew_seconds with.
-func newRegistry(maxSkew time.Duration) (*prometheus.Registry, error) {
+// build and library (Raft, memberlist, bolt) metrics in it, the clock skew
+// limit the alerts compare idgen_clock_skew_seconds with, and the max-ahead
+// they compare idgen_granted_lead_seconds with.
+func newRegistry(maxSkew, maxAhead time.Duration) (*prometheus.Registry, error) {
 	reg := prometheus.NewRegistry()
 	bi := rpc.ReadBuildInfo()
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
@@ -36,11 +37,17 @@ func newRegistry(maxSkew time.Duration) (*prometheus.Registry, error) {
 		Help: "--max-skew: a node whose clock is further from the leader's is refused a window.",
 	})
 	skewLimit.Set(maxSkew.Seconds())
+	aheadLimit := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "idgen_max_ahead_seconds",
+		Help: "--max-ahead: how far past the cluster's time a window may end.",
+	})
+	aheadLimit.Set(maxAhead.Seconds())
 	for _, c := range []prometheus.Collector{
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildInfo,
 		skewLimit,
+		aheadLimit,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)

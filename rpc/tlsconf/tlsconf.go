@@ -3,18 +3,20 @@
 // shows a certificate from the cluster CA), clients (idctl, idclient) and
 // node-to-node links (Raft and forwarding, where both ends must be servers).
 //
-// A certificate's role is carried in one URI SAN, idgen://role/<role>, with
-// role server, client or admin. The CA signs it, so the role cannot be changed
+// A certificate's role is carried in one URI SAN, exactly idgen://role/<role>,
+// with role server, client or admin. The CA signs it, so the role cannot be changed
 // without the CA's key. Only the standard library's crypto is used.
 package tlsconf
 
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/asn1"
 	"errors"
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 )
 
 // Role is what a certificate's holder may do.
@@ -37,6 +39,17 @@ const (
 	roleScheme = "idgen"
 	roleHost   = "role"
 )
+
+// roleURIs are the only role claims a certificate may carry, byte for byte
+// as CreateCert writes them.
+var roleURIs = map[string]Role{
+	RoleServer.URI().String(): RoleServer,
+	RoleClient.URI().String(): RoleClient,
+	RoleAdmin.URI().String():  RoleAdmin,
+}
+
+// oidSubjectAltName is the X.509 extension that carries URI SANs.
+var oidSubjectAltName = asn1.ObjectIdentifier{2, 5, 29, 17}
 
 // Errors of this package.
 var (
@@ -68,19 +81,34 @@ func (r Role) URI() *url.URL {
 	return &url.URL{Scheme: roleScheme, Host: roleHost, Path: "/" + string(r)}
 }
 
-// RoleOf returns the role a certificate carries. A certificate with more than
-// one role URI is refused: its holder's rights would be ambiguous.
+// RoleOf returns the role a certificate carries. Every URI SAN whose scheme
+// is idgen, in any case, is a role claim, and it must be one of the three
+// canonical URIs exactly (idgen://role/server, idgen://role/client,
+// idgen://role/admin): a query, a fragment, user info, a port, an escape or
+// another case is refused rather than read past, so a CA that issues by
+// pattern cannot be talked into a role it did not mean. A certificate with
+// more than one claim is refused: its holder's rights would be ambiguous.
+// The claims are read from the certificate's own bytes, since Go's parsed
+// URIs lower-case the scheme and unescape the path.
 func RoleOf(cert *x509.Certificate) (Role, error) {
+	uris, err := rawURIs(cert)
+	if err != nil {
+		return "", fmt.Errorf("certificate %q: %w", cert.Subject.CommonName, err)
+	}
 	var found []Role
-	for _, u := range cert.URIs {
-		if u.Scheme != roleScheme || u.Host != roleHost {
+	var claims []string
+	for _, u := range uris {
+		scheme, _, ok := strings.Cut(u, ":")
+		if !ok || !strings.EqualFold(scheme, roleScheme) {
 			continue
 		}
-		r, err := ParseRole(u.Path[min(1, len(u.Path)):])
-		if err != nil {
-			return "", fmt.Errorf("certificate %q: %w", cert.Subject.CommonName, err)
+		r, ok := roleURIs[u]
+		if !ok {
+			return "", fmt.Errorf("certificate %q: %w: role URI %q is not exactly idgen://role/server, idgen://role/client or idgen://role/admin",
+				cert.Subject.CommonName, ErrBadRole, u)
 		}
 		found = append(found, r)
+		claims = append(claims, u)
 	}
 	switch len(found) {
 	case 0:
@@ -88,7 +116,40 @@ func RoleOf(cert *x509.Certificate) (Role, error) {
 	case 1:
 		return found[0], nil
 	}
-	return "", fmt.Errorf("certificate %q: %w: it carries %d roles", cert.Subject.CommonName, ErrBadRole, len(found))
+	return "", fmt.Errorf("certificate %q: %w: it carries %d role URIs (%s), a certificate has exactly one",
+		cert.Subject.CommonName, ErrBadRole, len(found), strings.Join(claims, ", "))
+}
+
+// rawURIs returns the certificate's URI SANs as the bytes the CA signed. A
+// certificate built in memory rather than parsed has no raw extensions; its
+// URIs are taken as they print.
+func rawURIs(cert *x509.Certificate) ([]string, error) {
+	for _, ext := range cert.Extensions {
+		if !ext.Id.Equal(oidSubjectAltName) {
+			continue
+		}
+		var seq asn1.RawValue
+		rest, err := asn1.Unmarshal(ext.Value, &seq)
+		if err != nil || len(rest) > 0 || seq.Class != asn1.ClassUniversal || seq.Tag != asn1.TagSequence || !seq.IsCompound {
+			return nil, fmt.Errorf("%w: malformed subject alternative names", ErrBadRole)
+		}
+		var uris []string
+		for b := seq.Bytes; len(b) > 0; {
+			var name asn1.RawValue
+			if b, err = asn1.Unmarshal(b, &name); err != nil {
+				return nil, fmt.Errorf("%w: malformed subject alternative name: %v", ErrBadRole, err)
+			}
+			if name.Class == asn1.ClassContextSpecific && name.Tag == 6 { // uniformResourceIdentifier
+				uris = append(uris, string(name.Bytes))
+			}
+		}
+		return uris, nil
+	}
+	uris := make([]string, 0, len(cert.URIs))
+	for _, u := range cert.URIs {
+		uris = append(uris, u.String())
+	}
+	return uris, nil
 }
 
 // Files are the three PEM files of one holder. All three or none.

@@ -42,7 +42,8 @@ func (f *faulter) schedule() []fault {
 		{"slot handed to a standby while its old owner is paused past reap-after", f.reapAfter + 35*time.Second, f.standbyTakeover},
 		{"kill -9 of two nodes at once", 15 * time.Second, f.killTwo},
 		{"SIGSTOP of a slot owner, then SIGCONT", 15 * time.Second, f.pauseOwner},
-		{"clock -60s then +60s on the leader", 70 * time.Second, f.clockLeader},
+		{"clock -60s then +60s on the leader", 20 * time.Second, f.clockLeader},
+		{"clock +1h for 4s on the leader", 20 * time.Second, f.clockLeaderHour},
 		{"data dir wiped: the node comes back as a new node", f.reapAfter + 30*time.Second, f.wipe},
 		{"kill -9 of every node and a cold restart", 25 * time.Second, f.killAll},
 		{"leave and re-join", 20 * time.Second, f.leaveRejoin},
@@ -192,12 +193,6 @@ func (f *faulter) pauseOwner() (int, error) {
 	return f.pauseNode(n)
 }
 
-// clockLeaderRecovery bounds recovery after the leader's clock ran 60 s fast:
-// it clamped its own slot's grants to its own clock, so that slot has no room
-// until real time catches up with them (60 s plus the lead, less max-ahead).
-// That is the design working (DESIGN.md section 3), not a stall to flag.
-const clockLeaderRecovery = 60*time.Second + lead + 30*time.Second
-
 // maxAhead is idgend's default --max-ahead for our --lead: lead + max-skew (5 s).
 const maxAhead = lead + 5*time.Second
 
@@ -205,11 +200,13 @@ const maxAhead = lead + 5*time.Second
 // 2026-05-05T00:00:00Z), as Status reports cursor and granted.
 func nowUnits() int64 { return time.Now().Unix() - 1777939200 }
 
-// clockFault moves n's clock back 60 s, then forward 60 s, then resets it,
-// and waits up to recovery for the cluster to be healthy again.
-func (f *faulter) clockFault(n *node, recovery time.Duration) (int, error) {
+// clockFault moves n's clock by each offset in turn, holding each for hold,
+// then resets it, and waits up to recovery for the cluster to be healthy
+// again. Grants are bounded by the cluster's time, not by one clock, so even a
+// leader's wrong clock lends nothing ahead and recovery takes seconds.
+func (f *faulter) clockFault(n *node, hold, recovery time.Duration, offsets ...string) (int, error) {
 	injected := 0
-	for _, off := range []string{"-60s", "60s", "0s"} {
+	for _, off := range append(offsets, "0s") {
 		out, errOut, code, err := f.c.idctl(10*time.Second, "fault", "clock", "--offset", off, "--target", n.GRPC)
 		if err != nil || code != 0 {
 			return injected, fmt.Errorf("idctl fault clock --offset %s on %s: exit %d %v: %s%s", off, n.Name, code, err, out, errOut)
@@ -218,8 +215,8 @@ func (f *faulter) clockFault(n *node, recovery time.Duration) (int, error) {
 			break
 		}
 		injected++
-		f.c.logf("  clock of %s moved %s for %v", n.Name, off, f.clockHold)
-		time.Sleep(f.clockHold)
+		f.c.logf("  clock of %s moved %s for %v", n.Name, off, hold)
+		time.Sleep(hold)
 	}
 	f.settle("clock reset on "+n.Name, recovery)
 	// A node that ran fast may still have a little room left, and looks
@@ -241,7 +238,7 @@ func (f *faulter) clockNode() (int, error) {
 	if n == nil {
 		return 0, fmt.Errorf("no slot owner other than the leader")
 	}
-	return f.clockFault(n, f.recovery)
+	return f.clockFault(n, f.clockHold, f.recovery, "-60s", "60s")
 }
 
 func (f *faulter) clockLeader() (int, error) {
@@ -249,7 +246,19 @@ func (f *faulter) clockLeader() (int, error) {
 	if l == nil {
 		return 0, fmt.Errorf("no leader")
 	}
-	return f.clockFault(l, clockLeaderRecovery)
+	return f.clockFault(l, f.clockHold, f.recovery, "-60s", "60s")
+}
+
+// clockLeaderHour is the NTP step or stale VM clock of the cluster-time
+// issue: the leader an hour ahead for a few seconds. Bounded by its own
+// clock, it granted its slot an hour past real time and that node stayed out
+// for the hour.
+func (f *faulter) clockLeaderHour() (int, error) {
+	_, l := f.current()
+	if l == nil {
+		return 0, fmt.Errorf("no leader")
+	}
+	return f.clockFault(l, 4*time.Second, f.recovery, "1h")
 }
 
 // wipe kills a follower, deletes its data dir and starts it again on the same

@@ -419,11 +419,16 @@ type StatusResponse struct {
 	ConflictingClusters []string `protobuf:"bytes,17,rep,name=conflicting_clusters,json=conflictingClusters,proto3" json:"conflicting_clusters,omitempty"`
 	// The build of the idgend answering: module version ("dev" for a build
 	// from a work tree), VCS revision and Go version.
-	Version       string `protobuf:"bytes,18,opt,name=version,proto3" json:"version,omitempty"`
-	Revision      string `protobuf:"bytes,19,opt,name=revision,proto3" json:"revision,omitempty"`
-	GoVersion     string `protobuf:"bytes,20,opt,name=go_version,json=goVersion,proto3" json:"go_version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Version   string `protobuf:"bytes,18,opt,name=version,proto3" json:"version,omitempty"`
+	Revision  string `protobuf:"bytes,19,opt,name=revision,proto3" json:"revision,omitempty"`
+	GoVersion string `protobuf:"bytes,20,opt,name=go_version,json=goVersion,proto3" json:"go_version,omitempty"`
+	// The last window this node's generator held (slot -1 if it never held
+	// one), kept after it stops: a leader of another cluster that meets this
+	// one fences the slot above it. Read only from an authenticated answer.
+	LastWindowSlot    int32 `protobuf:"varint,21,opt,name=last_window_slot,json=lastWindowSlot,proto3" json:"last_window_slot,omitempty"`
+	LastWindowGranted int64 `protobuf:"varint,22,opt,name=last_window_granted,json=lastWindowGranted,proto3" json:"last_window_granted,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -594,6 +599,20 @@ func (x *StatusResponse) GetGoVersion() string {
 		return x.GoVersion
 	}
 	return ""
+}
+
+func (x *StatusResponse) GetLastWindowSlot() int32 {
+	if x != nil {
+		return x.LastWindowSlot
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetLastWindowGranted() int64 {
+	if x != nil {
+		return x.LastWindowGranted
+	}
+	return 0
 }
 
 type JoinRequest struct {
@@ -1238,7 +1257,7 @@ const file_idgen_v1_idgen_proto_rawDesc = "" +
 	"\x0fMembersResponse\x12*\n" +
 	"\amembers\x18\x01 \x03(\v2\x10.idgen.v1.MemberR\amembers\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\"\x0f\n" +
-	"\rStatusRequest\"\xcf\x04\n" +
+	"\rStatusRequest\"\xa9\x05\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1265,7 +1284,9 @@ const file_idgen_v1_idgen_proto_rawDesc = "" +
 	"\aversion\x18\x12 \x01(\tR\aversion\x12\x1a\n" +
 	"\brevision\x18\x13 \x01(\tR\brevision\x12\x1d\n" +
 	"\n" +
-	"go_version\x18\x14 \x01(\tR\tgoVersion\"#\n" +
+	"go_version\x18\x14 \x01(\tR\tgoVersion\x12(\n" +
+	"\x10last_window_slot\x18\x15 \x01(\x05R\x0elastWindowSlot\x12.\n" +
+	"\x13last_window_granted\x18\x16 \x01(\x03R\x11lastWindowGranted\"#\n" +
 	"\vJoinRequest\x12\x14\n" +
 	"\x05addrs\x18\x01 \x03(\tR\x05addrs\",\n" +
 	"\fJoinResponse\x12\x1c\n" +

@@ -1,0 +1,214 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestClusterTimeIsTheQuorumthLatestClock(t *testing.T) {
+	base := time.Unix(1_800_000_000, 0)
+	at := func(d time.Duration) time.Time { return base.Add(d) }
+	cases := []struct {
+		own    time.Duration
+		others []time.Duration
+		quorum int
+		want   time.Duration
+		known  bool
+	}{
+		{0, nil, 1, 0, true},                                         // a lone voter
+		{time.Hour, []time.Duration{0}, 2, 0, true},                  // a leader an hour ahead of its one follower
+		{-time.Hour, []time.Duration{0, 0}, 2, 0, true},              // an hour behind
+		{time.Hour, []time.Duration{time.Hour, 0, 0, 0}, 3, 0, true}, // two of five an hour ahead
+		{time.Hour, nil, 2, time.Hour, false},                        // nobody else heard from yet
+		{time.Hour, []time.Duration{time.Hour, 0}, 3, 0, true},       // two of five ahead, among the first three heard
+		{0, []time.Duration{time.Second, 2 * time.Second}, 2, time.Second, true},
+	}
+	for i, c := range cases {
+		var others []time.Time
+		for _, o := range c.others {
+			others = append(others, at(o))
+		}
+		got, known := clusterTime(at(c.own), others, c.quorum)
+		if !got.Equal(at(c.want)) || known != c.known {
+			t.Errorf("case %d: clusterTime = %v, %v; want %v, %v", i, got.Sub(base), known, c.want, c.known)
+		}
+	}
+}
+
+// aheadWatch fails the test if any slot of any live node's state is granted
+// further past real time than max-ahead (plus the unit the clamp rounds to).
+func aheadWatch(tc *testCluster) func() error {
+	return func() error {
+		for _, s := range tc.liveSpecs() {
+			n := s.node
+			var err error
+			n.fsm.view(func(st *state) {
+				if st.Layout == nil {
+					return
+				}
+				for i, sl := range st.Slots {
+					if sl.Owner == "" {
+						continue
+					}
+					if ahead := st.Layout.Time(sl.HighWater + 1).Sub(time.Now()); ahead > n.cfg.MaxAhead+2*st.Layout.Unit {
+						err = fmt.Errorf("%s's state grants slot %d %v past real time (max-ahead %v)", n.Name(), i, ahead.Round(time.Second), n.cfg.MaxAhead)
+					}
+				}
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// drawAll draws a batch from every live node that serves, checking each ID
+// decodes to no more than max-ahead past real time.
+func drawAll(t *testing.T, tc *testCluster) {
+	t.Helper()
+	for _, s := range tc.liveSpecs() {
+		n := s.node
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		ids, _, err := n.NextBatch(ctx, 1000)
+		cancel()
+		if err != nil {
+			continue
+		}
+		tc.record(issuer{n.Name(), n.ID()}, ids)
+		l := n.Layout()
+		for _, id := range ids {
+			p, _ := l.Decompose(id)
+			if ahead := l.Time(p.Timestamp).Sub(time.Now()); ahead > n.cfg.MaxAhead+l.Unit {
+				var hw []slotState
+				n.fsm.view(func(st *state) { hw = append(hw, st.Slots...) })
+				t.Fatalf("%s issued ID %d stamped %v ahead of real time (status %+v, slots %+v, now %d)", n.Name(), id, ahead.Round(time.Second), n.Status(), hw, l.Units(time.Now()))
+			}
+		}
+	}
+}
+
+// TestLeaderClockJumpLendsNoHour: the leader's clock moves an hour ahead for
+// a few seconds, then back. No slot may be granted past the cluster's time
+// plus max-ahead, and every node serves again within seconds. Bounded by the
+// leader's clock alone, the leader granted its own slot an hour ahead and that
+// node then stayed out for the hour.
+func TestLeaderClockJumpLendsNoHour(t *testing.T) {
+	tc := startThree(t, func(c *Config) { c.EnableFaultInjection = true })
+	watch := aheadWatch(tc)
+	var leader string
+	waitFor(t, 10*time.Second, "a leader", func() bool { leader = leaderOf(tc, "a", "b", "c"); return leader != "" })
+	drawAll(t, tc)
+	if err := tc.node(leader).SetClockOffset(time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(4 * time.Second)
+	for time.Now().Before(until) {
+		drawAll(t, tc)
+		if err := watch(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tc.node(leader).SetClockOffset(0); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		waitFor(t, 20*time.Second, name+" ready again", func() bool {
+			drawAll(t, tc)
+			if err := watch(); err != nil {
+				t.Fatal(err)
+			}
+			ok, _ := tc.node(name).Ready()
+			return ok
+		})
+	}
+	drawAll(t, tc)
+	if err := watch(); err != nil {
+		t.Fatal(err)
+	}
+	tc.checkContainment()
+}
+
+// TestMinorityOfWrongClocksKeepsRealTime: two of five voters run an hour
+// ahead. They are refused (not ready), and no slot is granted past real time
+// plus max-ahead, whichever node leads.
+func TestMinorityOfWrongClocksKeepsRealTime(t *testing.T) {
+	tc := newTestCluster(t)
+	names := []string{"a", "b", "c", "d", "e"}
+	for i, name := range names {
+		var s *nodeSpec
+		if i == 0 {
+			s = tc.add(name, 1)
+		} else {
+			s = tc.add(name, 1, "a")
+		}
+		s.cfg.EnableFaultInjection = true
+	}
+	for _, name := range names {
+		waitReady(t, tc.start(name))
+	}
+	waitVoters(t, tc.node("a"), 5)
+	watch := aheadWatch(tc)
+	for _, name := range []string{"a", "b"} { // a leads: the seed
+		if err := tc.node(name).SetClockOffset(time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	until := time.Now().Add(8 * time.Second)
+	for time.Now().Before(until) {
+		drawAll(t, tc)
+		if err := watch(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"c", "d", "e"} {
+		waitReady(t, tc.node(name))
+	}
+	for _, name := range []string{"a", "b"} {
+		if ok, reason := tc.node(name).Ready(); ok {
+			t.Errorf("%s, an hour ahead, is ready", name)
+		} else {
+			t.Logf("%s: %s", name, reason)
+		}
+	}
+	tc.checkContainment()
+}
+
+// TestWindowAheadOfClusterTimeIsReported: two of three clocks (a quorum)
+// run an hour ahead, so the cluster's time does too and windows are granted
+// an hour ahead. With the clocks fixed, a node holding such a window says so
+// and is not ready, rather than serving IDs that decode an hour in the future.
+func TestWindowAheadOfClusterTimeIsReported(t *testing.T) {
+	tc := startThree(t, func(c *Config) { c.EnableFaultInjection = true })
+	names := []string{"a", "b", "c"}
+	for _, name := range names[:2] {
+		if err := tc.node(name).SetClockOffset(time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ahead *Node
+	waitFor(t, 20*time.Second, "a window an hour ahead", func() bool {
+		for _, name := range names {
+			n := tc.node(name)
+			if n.Layout().Time(n.Status().Granted).Sub(time.Now()) > 50*time.Minute {
+				ahead = n
+				return true
+			}
+		}
+		return false
+	})
+	for _, name := range names[:2] {
+		if err := tc.node(name).SetClockOffset(0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 20*time.Second, ahead.Name()+" to report its window ahead of the cluster's time", func() bool {
+		ok, reason := ahead.Ready()
+		return !ok && strings.Contains(reason, "ahead of the cluster's time")
+	})
+	_, reason := ahead.Ready()
+	t.Log(reason)
+}

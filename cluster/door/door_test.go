@@ -1,0 +1,279 @@
+package door
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idgen/idgen/scripts/harness"
+)
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func dial(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// closedBy reports whether the other end closed c before limit passed.
+func closedBy(c net.Conn, limit time.Duration) bool {
+	_ = c.SetReadDeadline(time.Now().Add(limit))
+	buf := make([]byte, 64)
+	for {
+		if _, err := c.Read(buf); err != nil {
+			var ne net.Error
+			return !(errors.As(err, &ne) && ne.Timeout())
+		}
+	}
+}
+
+// TestLimitClosesConnectionsBeyondTheCap: with max connections open, the
+// next one is closed at once and reported; closing one frees its slot.
+func TestLimitClosesConnectionsBeyondTheCap(t *testing.T) {
+	var mu sync.Mutex
+	var refused []error
+	l := Limit(listen(t), 3, func(_ net.Addr, err error) { mu.Lock(); refused = append(refused, err); mu.Unlock() })
+	accepted := make(chan net.Conn, 10)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	var held []net.Conn
+	for range 3 {
+		dial(t, l.Addr().String())
+		held = append(held, <-accepted)
+	}
+	extra := dial(t, l.Addr().String())
+	if !closedBy(extra, harness.Scale(5*time.Second)) {
+		t.Fatalf("the fourth connection over a cap of 3 was not closed")
+	}
+	mu.Lock()
+	if len(refused) != 1 || !errors.Is(refused[0], ErrTooMany) {
+		t.Errorf("refused = %v, want one ErrTooMany", refused)
+	}
+	mu.Unlock()
+	held[0].Close()
+	held[0].Close() // a second Close frees nothing more
+	dial(t, l.Addr().String())
+	select {
+	case <-accepted:
+	case <-time.After(harness.Scale(5 * time.Second)):
+		t.Fatalf("a slot freed by Close was not given to the next connection")
+	}
+	extra = dial(t, l.Addr().String())
+	if !closedBy(extra, harness.Scale(5*time.Second)) {
+		t.Fatalf("a double Close freed two slots")
+	}
+}
+
+// lineHandshake wants "hello\n" and nothing else.
+func lineHandshake(c net.Conn) (net.Conn, error) {
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	if line != "hello\n" {
+		return nil, errors.New("bad greeting")
+	}
+	return c, nil
+}
+
+// TestGateHandsOnOnlyFinishedHandshakes: a silent connection is closed at
+// the deadline, a wrong greeting at once, a right one is accepted with its
+// deadline cleared; past MaxPending the oldest silent one is closed so the
+// newcomer still gets in.
+func TestGateHandsOnOnlyFinishedHandshakes(t *testing.T) {
+	var mu sync.Mutex
+	reasons := map[string]int{}
+	g := NewGate(listen(t), lineHandshake, GateConfig{
+		Timeout:    300 * time.Millisecond,
+		MaxPending: 2,
+		Refused: func(_ net.Addr, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			var ne net.Error
+			switch {
+			case errors.Is(err, ErrEvicted):
+				reasons["evicted"]++
+			case errors.As(err, &ne) && ne.Timeout():
+				reasons["timeout"]++
+			default:
+				reasons["other"]++
+			}
+		},
+	})
+	defer g.Close()
+	addr := g.Addr().String()
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := g.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+
+	silent1 := dial(t, addr)
+	waitPending(t, g, 1)
+	silent2 := dial(t, addr)
+	waitPending(t, g, 2)
+	good := dial(t, addr) // evicts silent1
+	if !closedBy(silent1, harness.Scale(5*time.Second)) {
+		t.Fatalf("the oldest pending handshake was not closed for a newcomer")
+	}
+	if _, err := good.Write([]byte("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	var c net.Conn
+	select {
+	case c = <-accepted:
+	case <-time.After(harness.Scale(5 * time.Second)):
+		t.Fatalf("a good greeting was not accepted")
+	}
+	if !closedBy(silent2, harness.Scale(5*time.Second)) {
+		t.Fatalf("a silent connection outlived the handshake deadline")
+	}
+	// The deadline was cleared: the accepted connection still reads after it.
+	time.Sleep(400 * time.Millisecond) // past the 300 ms handshake deadline
+	go good.Write([]byte("x"))
+	_ = c.SetReadDeadline(time.Now().Add(harness.Scale(5 * time.Second)))
+	if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+		t.Fatalf("the accepted connection kept its handshake deadline: %v", err)
+	}
+	bad := dial(t, addr)
+	bad.Write([]byte("HELLO\n"))
+	if !closedBy(bad, harness.Scale(5*time.Second)) {
+		t.Fatalf("a wrong greeting was not closed")
+	}
+	mu.Lock()
+	if reasons["evicted"] != 1 || reasons["timeout"] != 1 || reasons["other"] != 1 {
+		t.Errorf("refusals %v, want one each of evicted, timeout, other", reasons)
+	}
+	mu.Unlock()
+
+	g.Close()
+	if _, err := g.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Accept after Close: %v", err)
+	}
+}
+
+func waitPending(t *testing.T, g *Gate, n int) {
+	t.Helper()
+	harness.WaitFor(t, 5*time.Second, "pending handshakes", func() bool { return g.Pending() == n })
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) records(t *testing.T) []map[string]any {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var r map[string]any
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("not JSON: %q", line)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// TestRateLogOneLinePerPeerPerInterval: 1,000 refusals from one peer are
+// one line plus one count; a second kind and a second peer get their own
+// line; more peers than are tracked share one.
+func TestRateLogOneLinePerPeerPerInterval(t *testing.T) {
+	var buf syncBuffer
+	r := NewRateLog(slog.New(slog.NewJSONHandler(&buf, nil)), time.Hour)
+	for range 1000 {
+		r.Log(slog.LevelWarn, "tls", "10.0.0.9", "refused", "reason", "bad certificate")
+	}
+	r.Log(slog.LevelWarn, "greeting", "10.0.0.9", "refused", "reason", "no greeting")
+	r.Log(slog.LevelWarn, "tls", "10.0.0.8", "refused", "reason", "bad certificate")
+	for i := range 500 {
+		r.Log(slog.LevelError, "junk", "spoofed-"+string(rune('a'+i%26))+string(rune('a'+i/26)), "junk")
+	}
+	// Three pairs, then 61 of the junk peers fill the table to 64; the
+	// other 439 share one line.
+	if got := len(buf.records(t)); got != DefaultLogPeers+1 {
+		t.Fatalf("%d lines before the interval ends, want %d (one per tracked pair, one for the rest)", got, DefaultLogPeers+1)
+	}
+	r.Flush()
+	recs := buf.records(t)
+	counts := map[string]float64{}
+	for _, rec := range recs[DefaultLogPeers+1:] {
+		counts[rec["peer"].(string)] = rec["suppressed"].(float64)
+	}
+	if len(counts) != 2 || counts["10.0.0.9"] != 999 || counts["others"] != 438 || r.Seen() != 1502 {
+		t.Fatalf("count lines %v (seen %d), want 999 for 10.0.0.9 and 438 for the others", counts, r.Seen())
+	}
+	// After a flush the next refusal logs at once again.
+	r.Log(slog.LevelWarn, "tls", "10.0.0.9", "refused")
+	if got := len(buf.records(t)); got != len(recs)+1 {
+		t.Fatalf("a refusal after the flush was not logged")
+	}
+}
+
+// TestRateLogCountsWhenTheIntervalEnds: the count comes by itself when the
+// interval ends, and a peer that goes quiet closes its window.
+func TestRateLogCountsWhenTheIntervalEnds(t *testing.T) {
+	var buf syncBuffer
+	r := NewRateLog(slog.New(slog.NewJSONHandler(&buf, nil)), 50*time.Millisecond)
+	for range 10 {
+		r.Log(slog.LevelWarn, "tls", "10.0.0.9", "refused")
+	}
+	harness.WaitFor(t, 5*time.Second, "the count line", func() bool {
+		recs := buf.records(t)
+		return len(recs) == 2 && recs[1]["suppressed"] == 9.0
+	})
+	harness.WaitFor(t, 5*time.Second, "the window to close", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.open) == 0
+	})
+	r.Log(slog.LevelWarn, "tls", "10.0.0.9", "refused")
+	if got := len(buf.records(t)); got != 3 {
+		t.Fatalf("%d lines, want the new refusal logged at once", got)
+	}
+}

@@ -1,0 +1,95 @@
+package cluster
+
+import (
+	"sync"
+	"time"
+)
+
+// Members of other clusters. Gossip says a member of another cluster may
+// exist, but anyone with the gossip key can say so, in its own name or in
+// another's. What decides a conflict (which side stops) and what gets fenced
+// (which windows) is therefore read only from the member's own answer over the
+// authenticated transport (Prober): with TLS a server certificate from the
+// deployment's CA, which a wiped seed of the same deployment has and a gossip
+// key alone does not give. A forged member can then make nobody stop and burn
+// no slot.
+
+const (
+	// foreignFresh: a proof younger than this is not asked again.
+	foreignFresh = 5 * time.Second
+	// foreignRetry: a member whose probe failed is asked again after this.
+	foreignRetry = 5 * time.Second
+	// foreignConflictTTL: a conflict counts while the other cluster's member
+	// proved itself within this (it may stop answering once it stops issuing,
+	// but then it is stopped).
+	foreignConflictTTL = 30 * time.Second
+)
+
+// foreignProof is what a member of another cluster said of itself over the
+// authenticated transport.
+type foreignProof struct {
+	id      string
+	cluster string
+	created int64 // from gossip: only breaks a near tie of histories
+	history uint64
+	slot    int // its last window's slot, -1 for none
+	granted int64
+	at      time.Time
+}
+
+// foreignBook keeps the latest proof of every member of another cluster, and
+// when a failed probe may be retried. Proofs are kept after the member dies:
+// its last window is all that is known of it.
+type foreignBook struct {
+	mu     sync.Mutex
+	proofs map[string]foreignProof
+	retry  map[string]time.Time
+}
+
+// proveForeign probes the alive gossip members of other clusters whose proof
+// is missing or stale, and returns every proof known. own is this node's
+// cluster ID.
+func (n *Node) proveForeign(own string) []foreignProof {
+	now := time.Now()
+	keys := map[probeKey]bool{}
+	claimed := map[string]gossipMember{}
+	b := &n.foreign
+	b.mu.Lock()
+	if b.proofs == nil {
+		b.proofs, b.retry = map[string]foreignProof{}, map[string]time.Time{}
+	}
+	for id, m := range n.gossip.snapshot() {
+		if m.State != "alive" || !m.Parsed || m.Meta.ClusterID == "" || m.Meta.ClusterID == own || m.Meta.GRPCAddr == "" {
+			continue
+		}
+		if p, ok := b.proofs[id]; ok && now.Sub(p.at) < foreignFresh {
+			continue
+		}
+		if now.Before(b.retry[id]) {
+			continue
+		}
+		keys[probeKey{id, m.Meta.GRPCAddr}] = true
+		claimed[id] = m
+	}
+	b.mu.Unlock()
+	answers := n.probeAll(keys)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for k, a := range answers {
+		m := claimed[k.id]
+		st := a.st
+		if a.err != nil || st.ID != k.id || st.ClusterID == "" || st.ClusterID == own || st.ClusterID != m.Meta.ClusterID {
+			b.retry[k.id] = now.Add(foreignRetry)
+			continue
+		}
+		b.proofs[k.id] = foreignProof{
+			id: k.id, cluster: st.ClusterID, created: m.Meta.Created, history: coarseIndex(st.AppliedIndex),
+			slot: st.LastWindowSlot, granted: st.LastWindowGranted, at: now,
+		}
+	}
+	out := make([]foreignProof, 0, len(b.proofs))
+	for _, p := range b.proofs {
+		out = append(out, p)
+	}
+	return out
+}

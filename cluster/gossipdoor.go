@@ -1,0 +1,130 @@
+package cluster
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/idgen/idgen/cluster/door"
+)
+
+// gossipMaxStreams caps the gossip port's TCP streams open at once
+// (README, "Securing a cluster"). memberlist gives each accepted stream a
+// goroutine and a deadline of its TCPTimeout (10 s, 1 s with the local
+// profile), but no cap: a flood of silent connections would cost a
+// goroutine each for that long. Streams are push/pull exchanges and
+// fallbacks of failed UDP probes, a few per node at a time.
+const gossipMaxStreams = 128
+
+// cappedTransport is memberlist's own NetTransport with a cap on inbound
+// TCP streams: one past it is closed before memberlist sees it.
+type cappedTransport struct {
+	*memberlist.NetTransport
+	streams chan net.Conn
+	slots   chan struct{}
+	done    chan struct{} // closed by Shutdown: streams still arriving are closed
+	stopped chan struct{} // closed once the NetTransport is shut down
+	once    sync.Once
+	wg      sync.WaitGroup
+	refused *door.RateLog
+}
+
+// capGossipStreams makes mc use a NetTransport on mc's bind address with
+// the stream cap. memberlist.Create would build the same transport itself;
+// the caller shuts it down if Create fails.
+func capGossipStreams(mc *memberlist.Config, max int, refusals *door.RateLog) (*cappedTransport, error) {
+	nc := &memberlist.NetTransportConfig{BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger, MetricLabels: mc.MetricLabels}
+	nt, err := memberlist.NewNetTransport(nc)
+	// With port 0 the UDP port may be taken after TCP picked it; memberlist
+	// retries such binds, so do the same.
+	for try := 1; err != nil && mc.BindPort == 0 && try < 10 && strings.Contains(err.Error(), "address already in use"); try++ {
+		nt, err = memberlist.NewNetTransport(nc)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("could not set up network transport: %w", err)
+	}
+	if mc.BindPort == 0 { // as memberlist.Create does for its own transport
+		mc.BindPort = nt.GetAutoBindPort()
+		if mc.AdvertisePort == 0 {
+			mc.AdvertisePort = mc.BindPort
+		}
+	}
+	t := &cappedTransport{
+		NetTransport: nt,
+		streams:      make(chan net.Conn),
+		slots:        make(chan struct{}, max),
+		done:         make(chan struct{}),
+		stopped:      make(chan struct{}),
+		refused:      refusals,
+	}
+	t.wg.Add(1)
+	go t.relay()
+	mc.Transport = t
+	return t, nil
+}
+
+// StreamCh is where memberlist takes inbound streams from.
+func (t *cappedTransport) StreamCh() <-chan net.Conn { return t.streams }
+
+func (t *cappedTransport) relay() {
+	defer t.wg.Done()
+	in := t.NetTransport.StreamCh()
+	for {
+		var c net.Conn
+		select {
+		case c = <-in:
+		case <-t.stopped:
+			return
+		}
+		select {
+		case <-t.done: // shutting down: the NetTransport must not block on us
+			c.Close()
+			continue
+		default:
+		}
+		select {
+		case t.slots <- struct{}{}:
+		default:
+			remote := c.RemoteAddr()
+			c.Close()
+			t.refused.Log(slog.LevelWarn, "cap", door.Peer(remote), "refused a gossip stream: the port holds its cap of open streams",
+				"remote", fmt.Sprint(remote), "cap", cap(t.slots))
+			continue
+		}
+		sc := &slotConn{Conn: c, free: func() { <-t.slots }}
+		select {
+		case t.streams <- sc:
+		case <-t.done:
+			sc.Close()
+		}
+	}
+}
+
+// Shutdown stops the relay and the transport; it is safe to call twice.
+func (t *cappedTransport) Shutdown() error {
+	var err error
+	t.once.Do(func() {
+		close(t.done)
+		err = t.NetTransport.Shutdown() // its accept loop ends; the relay drains it
+		close(t.stopped)
+		t.wg.Wait()
+	})
+	return err
+}
+
+// slotConn frees its stream slot on the first Close.
+type slotConn struct {
+	net.Conn
+	once sync.Once
+	free func()
+}
+
+func (c *slotConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.free)
+	return err
+}

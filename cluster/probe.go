@@ -1,0 +1,243 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Membership authority. Gossip tells the leader that a node may exist; any
+// process with the gossip key can say anything there, in its own name or (by
+// claiming another node's gossip address) in another's. So the leader adds a
+// member to Raft, promotes it, moves its Raft address or removes it only on
+// what the member itself answers over the authenticated transport (Prober:
+// with TLS, a gRPC call that needs a server certificate from the cluster CA
+// on both ends). DESIGN.md, "Membership as in Consul", says why this check.
+
+const (
+	// probeTimeout bounds one probe: a member that does not answer within it
+	// counts as unreachable.
+	probeTimeout = 2 * time.Second
+	// probeParallel is how many probes one sweep runs at once.
+	probeParallel = 8
+	// promoteMaxLag is how far (in log entries) a non-voter's applied index
+	// may trail the leader's for it to count as following this log.
+	promoteMaxLag = 64
+	// A member not in Raft whose probe failed is asked again after
+	// probeBackoffMin, doubling up to probeBackoffMax, so that members
+	// gossip made up cost a probe now and then, not one per sweep.
+	probeBackoffMin = 100 * time.Millisecond
+	probeBackoffMax = 10 * time.Second
+)
+
+// Why a probe's answer does not prove a member. Sentinels, so that a reason
+// is logged once per member rather than on every sweep.
+var (
+	errProbeUnanswered = errors.New("it does not answer over the authenticated transport")
+	errProbeOtherNode  = errors.New("another node answers at its gRPC address")
+	errProbeLeaving    = errors.New("it is leaving")
+	errProbeRaftAddr   = errors.New("its own raft address is not the one gossip shows")
+	errProbeCluster    = errors.New("it does not belong to this cluster")
+	errProbeBehind     = errors.New("it has not caught up with this cluster's log")
+)
+
+// errNoProber: a node built without a Prober adds and promotes nobody.
+var errNoProber = errors.New("no prober configured")
+
+type probeKey struct{ id, addr string }
+
+type probeAnswer struct {
+	st  Status
+	err error
+}
+
+// probeAll asks every key's address who it is, probeParallel at a time,
+// each within probeTimeout (sooner if the node shuts down).
+func (n *Node) probeAll(keys map[probeKey]bool) map[probeKey]probeAnswer {
+	out := make(map[probeKey]probeAnswer, len(keys))
+	if len(keys) == 0 {
+		return out
+	}
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, probeParallel)
+	)
+	for k := range keys {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(k probeKey) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			st, err := n.probe(k.addr)
+			mu.Lock()
+			out[k] = probeAnswer{st, err}
+			mu.Unlock()
+		}(k)
+	}
+	wg.Wait()
+	return out
+}
+
+func (n *Node) probe(addr string) (Status, error) {
+	if n.cfg.Prober == nil {
+		return Status{}, errNoProber
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-n.shutdownCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return n.cfg.Prober.Probe(ctx, addr)
+}
+
+// probeAddrs are the gRPC addresses where id may answer: where it last
+// answered as itself, the one its own Claim recorded in the replicated state,
+// and the one gossip shows. Gossip's alone could be forged, so a member is
+// asked at each.
+func probeAddrs(id string, proven, fromState string, m gossipMember, seen bool) []string {
+	var out []string
+	add := func(a string) {
+		if a == "" {
+			return
+		}
+		for _, o := range out {
+			if o == a {
+				return
+			}
+		}
+		out = append(out, a)
+	}
+	add(proven)
+	add(fromState)
+	if seen && m.Parsed {
+		add(m.Meta.GRPCAddr)
+	}
+	return out
+}
+
+// answerOf is id's own answer among a sweep's probes: the first address
+// that answered naming id. It returns the address too.
+func answerOf(id string, addrs []string, answers map[probeKey]probeAnswer) (Status, string, error) {
+	var firstErr error
+	for _, a := range addrs {
+		ans, ok := answers[probeKey{id, a}]
+		if !ok {
+			continue
+		}
+		switch {
+		case ans.err != nil:
+			if firstErr == nil {
+				firstErr = fmt.Errorf("%w (%s: %v)", errProbeUnanswered, a, ans.err)
+			}
+		case ans.st.ID != id:
+			if firstErr == nil {
+				firstErr = fmt.Errorf("%w (%s answers as node %q)", errProbeOtherNode, a, ans.st.ID)
+			}
+		default:
+			return ans.st, a, nil
+		}
+	}
+	if firstErr == nil {
+		firstErr = fmt.Errorf("%w (no gRPC address known)", errProbeUnanswered)
+	}
+	return Status{}, "", firstErr
+}
+
+// joinProof: a member not in Raft may be added as a non-voter at raftAddr if
+// it answers as itself, at that Raft address, and is of this cluster or a
+// fresh node (no cluster, no log).
+func joinProof(st Status, raftAddr, own string) error {
+	switch {
+	case st.Leaving:
+		return errProbeLeaving
+	case st.RaftAddr != raftAddr:
+		return fmt.Errorf("%w (it says %s, gossip %s)", errProbeRaftAddr, st.RaftAddr, raftAddr)
+	case st.ClusterID == "" && st.LastIndex == 0:
+		return nil
+	case st.ClusterID != own:
+		return fmt.Errorf("%w (it names cluster %q, last log index %d)", errProbeCluster, st.ClusterID, st.LastIndex)
+	}
+	return nil
+}
+
+// memberProof: a server of this cluster at raftAddr, not leaving. It
+// allows moving a server's Raft address.
+func memberProof(st Status, raftAddr, own string) error {
+	switch {
+	case st.Leaving:
+		return errProbeLeaving
+	case st.ClusterID != own:
+		return fmt.Errorf("%w (it names cluster %q)", errProbeCluster, st.ClusterID)
+	case st.RaftAddr != raftAddr:
+		return fmt.Errorf("%w (it says %s, gossip %s)", errProbeRaftAddr, st.RaftAddr, raftAddr)
+	}
+	return nil
+}
+
+// promoteProof: a non-voter may become a voter once it is a member at its
+// configured address and follows this log, within promoteMaxLag of the
+// leader's applied index.
+func promoteProof(st Status, raftAddr, own string, leaderApplied uint64) error {
+	if st.ClusterID == "" && !st.Leaving {
+		return fmt.Errorf("%w (it has not applied the cluster's first entry yet)", errProbeBehind)
+	}
+	if err := memberProof(st, raftAddr, own); err != nil {
+		return err
+	}
+	if st.AppliedIndex+promoteMaxLag < leaderApplied {
+		return fmt.Errorf("%w (applied %d, leader %d)", errProbeBehind, st.AppliedIndex, leaderApplied)
+	}
+	return nil
+}
+
+// probeBackoff is when a member not in Raft whose probe failed is asked
+// again, for the addresses gossip showed then (key).
+type probeBackoff struct {
+	key   string
+	fails int
+	next  time.Time
+}
+
+func (ls *leaderState) backedOff(id, key string, now time.Time) bool {
+	b, ok := ls.backoff[id]
+	return ok && b.key == key && now.Before(b.next)
+}
+
+func (ls *leaderState) probeFailed(id, key string, now time.Time) {
+	b := ls.backoff[id]
+	if b.key != key {
+		b = probeBackoff{key: key}
+	}
+	b.fails++
+	b.next = now.Add(min(probeBackoffMin<<min(b.fails-1, 16), probeBackoffMax))
+	ls.backoff[id] = b
+}
+
+// refuse logs why the leader did not act on a member, once per reason
+// (the sentinel) and member while this node leads.
+func (n *Node) refuse(id, name, action string, err error) {
+	kind := err
+	for _, s := range []error{errProbeUnanswered, errProbeOtherNode, errProbeLeaving, errProbeRaftAddr, errProbeCluster, errProbeBehind, errNoProber} {
+		if errors.Is(err, s) {
+			kind = s
+			break
+		}
+	}
+	key := action + ": " + kind.Error()
+	if n.leaderState.refused[id] == key {
+		return
+	}
+	n.leaderState.refused[id] = key
+	if errors.Is(err, errProbeBehind) || errors.Is(err, errProbeLeaving) {
+		n.logger.Info(action, "id", id, "name", name, "reason", err)
+		return
+	}
+	n.logger.Warn(action+": gossip alone does not make a member", "id", id, "name", name, "reason", err)
+}

@@ -1,0 +1,89 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/idgen/idgen/cluster"
+	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
+)
+
+// DefaultProbeTimeout bounds a probe whose context has no deadline.
+const DefaultProbeTimeout = 2 * time.Second
+
+// PeerProber implements cluster.Prober: it asks a member for its Status and
+// its own entry of Members over gRPC. With TLS, idgend passes the node's
+// node-to-node credentials (tlsconf.Material.PeerConfig), so the call shows
+// this node's server certificate and fails unless the member shows a server
+// certificate from the cluster CA: a gossip member without one never
+// answers. Every probe dials its own connection and closes it, so that
+// addresses gossip made up leave nothing open.
+type PeerProber struct {
+	dialOpts []grpc.DialOption
+}
+
+var _ cluster.Prober = (*PeerProber)(nil)
+
+// NewPeerProber returns a prober dialing with insecure credentials unless
+// opts carry transport credentials, which then replace them.
+func NewPeerProber(opts ...grpc.DialOption) *PeerProber {
+	base := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	return &PeerProber{dialOpts: append(base, opts...)}
+}
+
+// Probe asks the node at grpcAddr who it is. The Status it returns carries
+// what the cluster's checks read: ID, ClusterID, AppliedIndex, LastIndex,
+// RaftAddr (from the node's own entry of Members: Status does not carry it)
+// and Leaving.
+func (p *PeerProber) Probe(ctx context.Context, grpcAddr string) (cluster.Status, error) {
+	if grpcAddr == "" {
+		return cluster.Status{}, fmt.Errorf("probe: no gRPC address")
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultProbeTimeout)
+		defer cancel()
+	}
+	conn, err := grpc.NewClient(grpcAddr, p.dialOpts...)
+	if err != nil {
+		return cluster.Status{}, fmt.Errorf("probe %s: %w", grpcAddr, err)
+	}
+	defer conn.Close()
+	c := idgenv1.NewClusterServiceClient(conn)
+	st, err := c.Status(ctx, &idgenv1.StatusRequest{})
+	if err != nil {
+		return cluster.Status{}, fmt.Errorf("probe %s: status: %w", grpcAddr, ErrorFromStatus(err))
+	}
+	ms, err := c.Members(ctx, &idgenv1.MembersRequest{})
+	if err != nil {
+		return cluster.Status{}, fmt.Errorf("probe %s: members: %w", grpcAddr, ErrorFromStatus(err))
+	}
+	out := cluster.Status{
+		ID:           st.GetId(),
+		Name:         st.GetName(),
+		Slot:         int(st.GetSlot()),
+		Ready:        st.GetReady(),
+		Reason:       st.GetReason(),
+		RaftState:    st.GetRaftState(),
+		LeaderID:     st.GetLeaderId(),
+		LeaderAddr:   st.GetLeaderAddr(),
+		AppliedIndex: st.GetRaftAppliedIndex(),
+		LastIndex:    st.GetRaftLastIndex(),
+		ClusterID:    st.GetClusterId(),
+		// The last window is what another cluster fences (cluster/foreign.go).
+		LastWindowSlot:    int(st.GetLastWindowSlot()),
+		LastWindowGranted: st.GetLastWindowGranted(),
+		Leaving:           !st.GetReady() && st.GetReason() == cluster.ReasonLeaving,
+	}
+	for _, m := range ms.GetMembers() {
+		if m.GetId() == out.ID {
+			out.RaftAddr = m.GetRaftAddr()
+			break
+		}
+	}
+	return out, nil
+}
