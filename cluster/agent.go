@@ -159,11 +159,11 @@ func (n *Node) awaitTenure(ctx context.Context, tenure uint64) (Tenure, error) {
 			applied, ok bool
 		)
 		n.fsm.view(func(s *state) { t, applied, ok = ownTenure(s, n.id, tenure) })
-		switch {
-		case ok:
+		switch d := agentStep(agentIn{Tenure: tenure, Own: t, Applied: applied, Held: ok}); {
+		case d.Start:
 			return t, nil
-		case applied:
-			return Tenure{}, fmt.Errorf("%w (tenure %d)", errTenureNotHeld, tenure)
+		case d.Claim:
+			return Tenure{}, d.Err
 		}
 		select {
 		case <-ctx.Done():
@@ -195,7 +195,11 @@ func (n *Node) claimFailure(err error) string {
 // own, granted follows the slot's highWater as applied here; once it is not
 // (another node's, a later claim of this node's, or none), the generator
 // stops at once. It reports whether the generator is still running.
-func (n *Node) followLog(g *generator.Generator) bool {
+func (n *Node) followLog(g *generator.Generator) bool { return n.follow(g, nil, nil) }
+
+// follow is followLog with the answer to a reserve, if one just came: it
+// carries out agentStep's decision (decide.go).
+func (n *Node) follow(g *generator.Generator, answer *result, answerErr error) bool {
 	tenure := n.tenure.Load()
 	var (
 		t           Tenure
@@ -209,23 +213,27 @@ func (n *Node) followLog(g *generator.Generator) bool {
 			owner, current = s.Slots[g.Slot()].Owner, s.Slots[g.Slot()].Tenure
 		}
 	})
-	if ok && t.Slot == g.Slot() {
-		if t.Granted > g.Granted() {
-			n.lastGrant.Store(time.Now().UnixNano())
-			if at := n.reserveAnswered.Load(); at != 0 {
-				n.grantLag.Store(time.Now().UnixNano() - at)
-				n.reserveAnswered.Store(0)
-			}
+	d := agentStep(agentIn{
+		Tenure: tenure, Running: true, Slot: g.Slot(), Granted: g.Granted(), Head: g.Head(),
+		Own: t, Applied: applied, Held: ok, SlotOwner: owner, SlotTenure: current,
+		Answer: answer, AnswerErr: answerErr, Lead: unitsCeil(n.cfg.Lead, n.cfg.Layout.Unit),
+	})
+	if d.Revoke != nil {
+		n.revoke(g, d.Revoke)
+		return false
+	}
+	if d.Grant > g.Granted() {
+		n.lastGrant.Store(time.Now().UnixNano())
+		if at := n.reserveAnswered.Load(); at != 0 {
+			n.grantLag.Store(time.Now().UnixNano() - at)
+			n.reserveAnswered.Store(0)
 		}
-		g.Grant(t.Granted)
+		g.Grant(d.Grant)
+	}
+	if ok && t.Slot == g.Slot() {
 		n.window.Store(&heldWindow{slot: g.Slot(), granted: g.Granted()})
-		return true
 	}
-	if !applied {
-		return true // a replica older than the claim says nothing yet
-	}
-	n.revoke(g, fmt.Errorf("%w: slot %d is now held by %q under tenure %d, not tenure %d", ErrNotOwner, g.Slot(), owner, current, tenure))
-	return false
+	return true
 }
 
 func (n *Node) revoke(g *generator.Generator, cause error) {
@@ -238,8 +246,7 @@ func (n *Node) revoke(g *generator.Generator, cause error) {
 // needsRoom: less than half the lead left between the issuing point and the
 // end of the granted window.
 func (n *Node) needsRoom(g *generator.Generator) bool {
-	lead := unitsCeil(n.cfg.Lead, n.cfg.Layout.Unit)
-	return g.Granted()-g.Head() < (lead+1)/2
+	return roomLow(g.Granted(), g.Head(), unitsCeil(n.cfg.Lead, n.cfg.Layout.Unit))
 }
 
 // reserve asks for the window up to the issuing point plus the lead. The
@@ -247,7 +254,7 @@ func (n *Node) needsRoom(g *generator.Generator) bool {
 // once it has applied the grant (followLog). An unknown outcome counts as not
 // granted.
 func (n *Node) reserve(g *generator.Generator) {
-	upTo := g.Head() + unitsCeil(n.cfg.Lead, n.cfg.Layout.Unit)
+	upTo := reserveUpTo(g.Head(), unitsCeil(n.cfg.Lead, n.cfg.Layout.Unit))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	sent := n.clock.Now()
@@ -257,7 +264,7 @@ func (n *Node) reserve(g *generator.Generator) {
 		if r.Granted > g.Granted() {
 			n.reserveAnswered.Store(time.Now().UnixNano())
 		}
-		n.followLog(g)
+		n.follow(g, &r, nil)
 		switch {
 		case r.ClusterTime != 0:
 			n.skew.Store(int64(sent.Sub(time.Unix(0, r.ClusterTime))))
@@ -268,7 +275,7 @@ func (n *Node) reserve(g *generator.Generator) {
 			n.setReason("")
 		}
 	case errors.Is(err, ErrNotOwner):
-		n.revoke(g, err)
+		n.follow(g, nil, err)
 	case errors.Is(err, ErrClockSkew):
 		n.setReason(err.Error())
 	default:

@@ -128,81 +128,36 @@ func (n *Node) handle(ctx context.Context, c command) (result, error) {
 }
 
 // leaderApply is the leader-side guard in front of the log (DESIGN.md
-// section 3): it refuses skewed clocks and clamps reservations to the
-// cluster's time plus max-ahead before proposing. The cluster's time is the
+// section 3): it gathers the inputs of leaderCheck (decide.go: the skew
+// refusals, and the clamp of a reservation to the cluster's time plus
+// max-ahead) and carries out its decision. The cluster's time is the
 // quorum-th latest of this leader's clock and the voters' latest reports
 // (clustertime.go); a leader whose own clock is off it by more than max-skew
 // grants nothing and hands off. Apply itself never reads a clock.
 func (n *Node) leaderApply(ctx context.Context, c command) (result, error) {
 	now := n.clock.Now()
-	if c.Type == cmdClaim && !n.inRaftConfig(c.Node.ID) {
-		return result{}, fmt.Errorf("%w: node %s is not a server in cluster %s's Raft configuration; the leader adds "+
-			"members it meets in gossip, and gives slots only to them", ErrNotMember, c.Node.ID, n.ownCluster())
-	}
-	clockful := c.Type == cmdClaim || c.Type == cmdReserve
-	if clockful {
+	in := leaderIn{Now: now, Member: c.Type != cmdClaim || n.inRaftConfig(c.Node.ID), MaxAhead: n.cfg.MaxAhead, MaxSkew: n.cfg.MaxSkew}
+	if in.Member && (c.Type == cmdClaim || c.Type == cmdReserve) {
 		n.clocks.observe(c.nodeID(), clockSample{reported: time.Unix(0, c.SentAt), leader: now, at: time.Now()})
 	}
-	ct, known := n.clusterNow(now)
-	answer := result{LeaderTime: now.UnixNano(), ClusterID: n.ownCluster()}
-	if known {
-		answer.ClusterTime = ct.UnixNano()
-	}
-	if clockful {
-		if off := now.Sub(ct); known && (off > n.cfg.MaxSkew || off < -n.cfg.MaxSkew) {
-			select {
-			case n.handoff <- struct{}{}:
-			default:
-			}
-			return result{}, fmt.Errorf("%w: this leader's clock is %v off the cluster's time (the median of the voters' clocks, max skew %v); "+
-				"it grants nothing and hands off leadership", ErrLeaderNotReady, off.Round(time.Millisecond), n.cfg.MaxSkew)
-		}
-		// Until a quorum of voters' clocks is known there is nothing to judge
-		// the sender's clock by but this leader's own, which may be the wrong
-		// one: the check waits (and a Reserve grants nothing new, below).
-		if skew := time.Unix(0, c.SentAt).Sub(ct); known && (skew > n.cfg.MaxSkew || skew < -n.cfg.MaxSkew) {
-			return result{}, fmt.Errorf("%w: the node's clock is %v off the cluster's time (max %v); fix its time source",
-				ErrClockSkew, skew.Round(time.Millisecond), n.cfg.MaxSkew)
+	in.ClusterNow, in.Known = n.clusterNow(now)
+	var d leaderOut
+	n.fsm.view(func(s *state) { d = leaderCheck(s, c, in) })
+	if d.Handoff {
+		select {
+		case n.handoff <- struct{}{}:
+		default:
 		}
 	}
-	if c.Type == cmdReserve {
-		var (
-			highWater int64
-			limit     int64
-			maxTS     int64
-			holds     bool
-		)
-		n.fsm.view(func(s *state) {
-			if holds = s.holds(c.NodeID, c.Slot, c.Tenure); holds {
-				highWater = s.Slots[c.Slot].HighWater
-				limit = s.Layout.Units(ct) + unitsCeil(n.cfg.MaxAhead, s.Layout.Unit)
-				maxTS = s.Layout.MaxTimestamp()
-			}
-		})
-		if !holds {
-			return result{}, fmt.Errorf("%w: node %s does not hold slot %d under tenure %d", ErrNotOwner, c.NodeID, c.Slot, c.Tenure)
-		}
-		if !known {
-			// Fewer than a quorum of voters' clocks are known (a new leader's
-			// first seconds): no grant rests on this leader's clock alone. The
-			// next reserves bring the reports.
-			limit = highWater
-		}
-		if c.UpTo > limit {
-			c.UpTo = limit
-		}
-		if c.UpTo > maxTS {
-			c.UpTo = maxTS // the layout's last units; past them the generator says "exhausted"
-		}
-		if c.UpTo <= highWater {
-			// Nothing new to grant yet; highWater was granted to this tenure
-			// already (a new tenure starts at it), so repeating it is safe.
-			answer.Slot, answer.Granted, answer.Tenure = c.Slot, highWater, c.Tenure
-			return answer, nil
-		}
+	if d.Err != nil {
+		return result{}, d.Err
 	}
-	r, _, err := n.raftApply(ctx, c)
-	r.LeaderTime, r.ClusterTime, r.ClusterID = answer.LeaderTime, answer.ClusterTime, answer.ClusterID
+	d.Answer.ClusterID = n.ownCluster()
+	if !d.Propose {
+		return d.Answer, nil
+	}
+	r, _, err := n.raftApply(ctx, d.Cmd)
+	r.LeaderTime, r.ClusterTime, r.ClusterID = d.Answer.LeaderTime, d.Answer.ClusterTime, d.Answer.ClusterID
 	return r, err
 }
 

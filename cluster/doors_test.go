@@ -41,74 +41,6 @@ func raftPeerTLS(t *testing.T) *tls.Config {
 	return m.PeerConfig()
 }
 
-// dialSilent opens n TCP connections to addr that never send a byte.
-func dialSilent(t *testing.T, addr string, n int) []net.Conn {
-	t.Helper()
-	conns := make([]net.Conn, 0, n)
-	t.Cleanup(func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	for range n {
-		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-		if err != nil {
-			t.Fatalf("dial %s: %v (after %d connections)", addr, err, len(conns))
-		}
-		conns = append(conns, c)
-	}
-	return conns
-}
-
-// awaitClosed reads from every connection until the other end closes it or
-// the deadline passes, and returns how many were closed and how many were
-// still open at the deadline.
-func awaitClosed(conns []net.Conn, deadline time.Time) (closed, open int) {
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, c := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer c.Close()
-			_ = c.SetReadDeadline(deadline)
-			buf := make([]byte, 512)
-			for {
-				_, err := c.Read(buf)
-				if err == nil {
-					continue // an alert or the like: the server still has to close
-				}
-				var ne net.Error
-				mu.Lock()
-				if errors.As(err, &ne) && ne.Timeout() {
-					open++
-				} else {
-					closed++
-				}
-				mu.Unlock()
-				return
-			}
-		}()
-	}
-	wg.Wait()
-	return closed, open
-}
-
-// settledGoroutines waits briefly for the goroutine count to stop falling
-// and returns it.
-func settledGoroutines() int {
-	n := runtime.NumGoroutine()
-	for range 20 {
-		time.Sleep(50 * time.Millisecond)
-		m := runtime.NumGoroutine()
-		if m >= n {
-			return min(m, n)
-		}
-		n = m
-	}
-	return n
-}
-
 // probeRaft sends one harmless Raft RPC (an AppendEntries of term 0, which
 // any server answers with its own term and ignores) to addr as a server of
 // the cluster would, over a new transport and so a new connection.
@@ -146,10 +78,10 @@ func TestRaftPortClosesSilentConnections(t *testing.T) {
 	clusterID := a.Status().ClusterID
 	tc.issue(a, 100)
 
-	base := settledGoroutines()
+	base := harness.SettledGoroutines()
 	const attackers = 200
 	bound := raftHandshakeTimeout
-	conns := dialSilent(t, addr, attackers)
+	conns := harness.DialSilent(t, addr, attackers)
 	deadline := time.Now().Add(harness.Scale(bound + 2*time.Second))
 	// While the silent connections are held, a real peer still gets in
 	// (it closes the oldest unfinished handshake), and they cost at most
@@ -159,7 +91,7 @@ func TestRaftPortClosesSilentConnections(t *testing.T) {
 	if during > base+raftMaxPending+40 {
 		t.Errorf("%d goroutines during the attack, %d before: silent connections cost more than the %d pending handshakes", during, base, raftMaxPending)
 	}
-	if closed, open := awaitClosed(conns, deadline); closed != attackers {
+	if closed, open := harness.AwaitClosed(conns, deadline); closed != attackers {
 		t.Fatalf("%d of %d silent Raft connections were closed within %v%s; %d were still open", closed, attackers, harness.Scale(bound+2*time.Second), harness.SlowdownNote(), open)
 	}
 	waitFor(t, 10*time.Second, "the goroutine count to come back", func() bool {
@@ -279,9 +211,9 @@ func TestGossipTCPPortCapsSilentStreams(t *testing.T) {
 	waitReady(t, n)
 	tc.issue(n, 100)
 
-	base := settledGoroutines()
+	base := harness.SettledGoroutines()
 	const attackers = 200
-	conns := dialSilent(t, s.cfg.GossipAddr, attackers)
+	conns := harness.DialSilent(t, s.cfg.GossipAddr, attackers)
 	start := time.Now()
 	var mu sync.Mutex
 	closedAt := make([]time.Duration, 0, attackers)
@@ -337,7 +269,7 @@ func TestRefusedRaftPeersAreLoggedBounded(t *testing.T) {
 	const each = 300
 	var conns []net.Conn
 	for i := range 2 * each {
-		c := dialSilent(t, s.cfg.RaftAddr, 1)[0]
+		c := harness.DialSilent(t, s.cfg.RaftAddr, 1)[0]
 		greeting := "HELLO\n"
 		if i%2 == 1 {
 			greeting = raftGreeting + "0123456789abcdef0123456789abcdef\n"
@@ -348,7 +280,7 @@ func TestRefusedRaftPeersAreLoggedBounded(t *testing.T) {
 		conns = append(conns, c)
 	}
 	limit := harness.Scale(5 * time.Second)
-	if closed, open := awaitClosed(conns, time.Now().Add(limit)); open != 0 {
+	if closed, open := harness.AwaitClosed(conns, time.Now().Add(limit)); open != 0 {
 		t.Fatalf("%d refused Raft connections closed, %d still open after %v", closed, open, limit)
 	}
 	var lines []string

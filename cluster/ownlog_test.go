@@ -105,7 +105,7 @@ func TestWipedLeadersNewClusterLendsNothing(t *testing.T) {
 			tc.specs["a"].cfg.DataDir = t.TempDir() // wiped
 			wiped := tc.start("a")
 			b, c := tc.node("b").ID(), tc.node("c").ID()
-			deadline := time.Now().Add(6 * time.Second)
+			deadline := time.Now().Add(4 * time.Second)
 			lent := map[string]bool{}
 			for time.Now().Before(deadline) {
 				wiped.fsm.view(func(s *state) {

@@ -2,7 +2,6 @@ package rpc
 
 import (
 	"context"
-	"errors"
 	"net"
 	"runtime"
 	"sync"
@@ -50,85 +49,19 @@ func serveOn(t *testing.T, cfg ServerConfig) string {
 	return lis.Addr().String()
 }
 
-// dialSilent opens n TCP connections to addr that never send a byte.
-func dialSilent(t *testing.T, addr string, n int) []net.Conn {
-	t.Helper()
-	conns := make([]net.Conn, 0, n)
-	t.Cleanup(func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	for range n {
-		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-		if err != nil {
-			t.Fatalf("dial %s: %v (after %d connections)", addr, err, len(conns))
-		}
-		conns = append(conns, c)
-	}
-	return conns
-}
-
-// awaitClosed reads every connection until the server closes it or the
-// deadline passes; it returns how many were closed and how many still open.
-func awaitClosed(conns []net.Conn, deadline time.Time) (closed, open int) {
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, c := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer c.Close()
-			_ = c.SetReadDeadline(deadline)
-			buf := make([]byte, 512)
-			for {
-				_, err := c.Read(buf)
-				if err == nil {
-					continue // an alert or settings frame: the server still has to close
-				}
-				var ne net.Error
-				mu.Lock()
-				if errors.As(err, &ne) && ne.Timeout() {
-					open++
-				} else {
-					closed++
-				}
-				mu.Unlock()
-				return
-			}
-		}()
-	}
-	wg.Wait()
-	return closed, open
-}
-
-// settledGoroutines waits briefly for the goroutine count to stop falling.
-func settledGoroutines() int {
-	n := runtime.NumGoroutine()
-	for range 20 {
-		time.Sleep(50 * time.Millisecond)
-		m := runtime.NumGoroutine()
-		if m >= n {
-			return min(m, n)
-		}
-		n = m
-	}
-	return n
-}
-
 // TestGRPCPortClosesUnfinishedHandshakes: 300 connections to a TLS gRPC
 // port that never start the handshake are all closed within the handshake
 // bound, and the goroutines they cost come back.
 func TestGRPCPortClosesUnfinishedHandshakes(t *testing.T) {
 	dir := testCA(t)
 	addr := serveOn(t, ServerConfig{TLS: material(t, dir, "server").ServerConfig()})
-	base := settledGoroutines()
+	base := harness.SettledGoroutines()
 	const attackers = 300
 	bound := HandshakeTimeout
-	conns := dialSilent(t, addr, attackers)
+	conns := harness.DialSilent(t, addr, attackers)
 	limit := harness.Scale(bound + 2*time.Second)
 	during := runtime.NumGoroutine()
-	if closed, open := awaitClosed(conns, time.Now().Add(limit)); closed != attackers {
+	if closed, open := harness.AwaitClosed(conns, time.Now().Add(limit)); closed != attackers {
 		t.Fatalf("%d of %d connections that never finished the handshake were closed within %v%s; %d still open", closed, attackers, limit, harness.SlowdownNote(), open)
 	}
 	waitFor(t, "the goroutine count to come back", func() bool { return runtime.NumGoroutine() <= base+20 })
@@ -144,13 +77,13 @@ func TestGRPCConnectionCap(t *testing.T) {
 	}
 	const max = 16
 	addr := serveOn(t, ServerConfig{MaxConnections: max})
-	held := dialSilent(t, addr, max)
-	extra := dialSilent(t, addr, 1)
+	held := harness.DialSilent(t, addr, max)
+	extra := harness.DialSilent(t, addr, 1)
 	start := time.Now()
-	if closed, _ := awaitClosed(extra, start.Add(harness.Scale(HandshakeTimeout/2))); closed != 1 {
+	if closed, _ := harness.AwaitClosed(extra, start.Add(harness.Scale(HandshakeTimeout/2))); closed != 1 {
 		t.Fatalf("connection %d, past the cap of %d, was not closed within %v", max+1, max, harness.Scale(HandshakeTimeout/2))
 	}
-	if closed, open := awaitClosed(held, start.Add(harness.Scale(HandshakeTimeout+2*time.Second))); closed != max {
+	if closed, open := harness.AwaitClosed(held, start.Add(harness.Scale(HandshakeTimeout+2*time.Second))); closed != max {
 		t.Fatalf("%d held connections still open past the handshake bound", open)
 	}
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -1,0 +1,84 @@
+package cluster
+
+import (
+	"flag"
+	"testing"
+	"time"
+)
+
+var (
+	simSeed = flag.Int64("sim.seed", -1, "replay this one simulator seed (TestSimulate)")
+	// A plain go test ./cluster (the race stage) runs a taste; scripts/test's
+	// simulation stage and scripts/simulate set the real budget.
+	simSeeds = flag.Int("sim.seeds", 200, "at most this many simulator seeds (TestSimulate)")
+	simTime  = flag.Duration("sim.time", 10*time.Second, "at most this much wall time for the simulator (TestSimulate)")
+)
+
+// TestSimulate runs seeded schedules of the simulated world (sim_test.go)
+// over the shipped decision code, and fails on the first violation with its
+// seed and trace. Replay one: go test ./cluster -run TestSimulate -sim.seed N -v
+func TestSimulate(t *testing.T) {
+	if *simSeed >= 0 {
+		w := newSimWorld(*simSeed, simFaults{}, nil)
+		err := w.run()
+		t.Logf("seed %d: %d nodes, %d events, %d clusters, %d IDs checked", *simSeed, len(w.nodes), w.events, len(w.cls), w.minted)
+		if err != nil || testing.Verbose() {
+			t.Logf("last events:\n%s", w.traceText())
+		}
+		if err != nil {
+			t.Fatalf("seed %d: %v", *simSeed, err)
+		}
+		return
+	}
+	seeds, budget := *simSeeds, *simTime
+	if testing.Short() {
+		seeds, budget = min(seeds, 200), min(budget, 5*time.Second)
+	}
+	first := time.Now().UnixNano() & (1<<48 - 1)
+	t.Logf("seeds %d.. (at most %d seeds or %v)", first, seeds, budget)
+	start := time.Now()
+	var events, minted, clusters int
+	n := 0
+	for ; n < seeds && time.Since(start) < budget; n++ {
+		seed := first + int64(n)
+		w := newSimWorld(seed, simFaults{}, nil)
+		if err := w.run(); err != nil {
+			t.Fatalf("seed %d: %v\nlast events:\n%s\nreplay: go test ./cluster -run TestSimulate -sim.seed %d -v", seed, err, w.traceText(), seed)
+		}
+		events += w.events
+		minted += w.minted
+		clusters += len(w.cls)
+	}
+	el := time.Since(start)
+	t.Logf("%d schedules in %v: %.0f schedules/s, %d events/schedule, %d IDs checked/schedule, %.2f clusters/schedule",
+		n, el.Round(time.Millisecond), float64(n)/el.Seconds(), events/max(n, 1), minted/max(n, 1), float64(clusters)/float64(max(n, 1)))
+}
+
+// simSeedsToFailure runs seeds from first until one fails, at most limit; it
+// returns how many it ran (limit+1 when none failed) and the failing world.
+func simSeedsToFailure(first int64, limit int, faults simFaults, tweak func(*simConfig)) (int, *simWorld) {
+	for i := 0; i < limit; i++ {
+		w := newSimWorld(first+int64(i), faults, tweak)
+		if w.run() != nil {
+			return i + 1, w
+		}
+	}
+	return limit + 1, nil
+}
+
+// TestSimulatorFindsPlantedFault plants the wiped leader's duplicate in the
+// simulated world (not in the product code): a leader answers forwards of any
+// cluster, and agents mint from answers. The checker must report it within a
+// bounded number of seeds; with the same schedules and no fault, it must not.
+func TestSimulatorFindsPlantedFault(t *testing.T) {
+	const limit = 300
+	wipes := func(c *simConfig) { c.wipe, c.wipeNewCluster = 1, 1 }
+	n, w := simSeedsToFailure(1, limit, simFaults{adoptForwards: true, trustAnswers: true}, wipes)
+	if w == nil {
+		t.Fatalf("planted fault not found in %d seeds", limit)
+	}
+	t.Logf("found after %d seeds (seed %d): %v\nlast events:\n%s", n, w.seed, w.err, w.traceText())
+	if m, w := simSeedsToFailure(1, n, simFaults{}, wipes); w != nil {
+		t.Fatalf("without the fault seed %d fails too (after %d): %v\n%s", w.seed, m, w.err, w.traceText())
+	}
+}

@@ -1,0 +1,339 @@
+"""A Python client for idgen: a pool of prefetched Snowflake IDs.
+
+Needs Debian's python3-grpcio and python3-protobuf (run with /usr/bin/python3
+where another Python is first on PATH). The stubs in gen/ are generated from
+proto/idgen/v1/idgen.proto by scripts/genpy. README.md beside this file is
+the manual; example.py is a load driver that uses it.
+
+    pool = IDPool(["10.0.0.1:50051", "10.0.0.2:50051", "10.0.0.3:50051"])
+    try:
+        code = pool.next_code()   # "4fK2x9a"; usually no network call
+        id_ = pool.next_id()      # the same as an int
+    finally:
+        pool.close()
+
+What rides through a paused node is the per-call deadline, the retry on the
+next node and the buffer, not health checking: a SIGSTOPped node stays
+SERVING with its connection open, so round robin keeps sending it one call in
+N for the whole pause, and each such call costs one deadline.
+"""
+
+import json
+import os
+import sys
+import threading
+import time
+from collections import deque
+
+import grpc
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gen"))
+from idgen.v1 import idgen_pb2, idgen_pb2_grpc  # noqa: E402  (generated, scripts/genpy)
+
+__all__ = ["IDPool", "PoolClosed", "BadBatch", "IDTimeout", "encode_base62", "decode_base62", "target"]
+
+# The default layout (generator.DefaultLayout): 28 timestamp bits, 3 slot
+# bits, 11 sequence bits. A cluster started with another --layout needs the
+# matching sequence_bits/slot_bits.
+SEQUENCE_BITS = 11
+SLOT_BITS = 3
+
+# Codes retried on the next node. DEADLINE_EXCEEDED is the paused node;
+# service-config retries never retry it, so the retry is ours.
+RETRY_CODES = frozenset({
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+})
+
+HEALTH_SERVICE = "idgen.v1.IDService"
+
+_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_DIGITS = {c: i for i, c in enumerate(_ALPHABET)}
+
+
+class PoolClosed(Exception):
+    """next_id after close, once every fetched ID is taken."""
+
+
+class BadBatch(Exception):
+    """A batch that fails the checks (count, slot, strictly increasing)."""
+
+
+class IDTimeout(Exception):
+    """next_id found no ID within its timeout; the last fetch error is its cause."""
+
+
+def encode_base62(id_):
+    """Plain base62 (0-9a-zA-Z), most significant digit first: generator.Encode."""
+    if id_ < 0:
+        raise ValueError("negative ID %d" % id_)
+    if id_ == 0:
+        return "0"
+    out = []
+    while id_:
+        id_, d = divmod(id_, 62)
+        out.append(_ALPHABET[d])
+    return "".join(reversed(out))
+
+
+def decode_base62(code):
+    """The inverse of encode_base62 (generator.Decode)."""
+    if not code:
+        raise ValueError("empty code")
+    v = 0
+    for i, c in enumerate(code):
+        if c not in _DIGITS:
+            raise ValueError("character %r at position %d is not in 0-9a-zA-Z" % (c, i))
+        v = v * 62 + _DIGITS[c]
+    if v >= 1 << 63:
+        raise ValueError("%r overflows int64" % code)
+    return v
+
+
+def target(addrs):
+    """The grpcio target for a list of host:port: "ipv4:h1:p1,h2:p2".
+
+    A bare "h1:p1,h2:p2" is one DNS name to grpcio and never connects. IPv6
+    addresses take "ipv6:[::1]:p1,[::2]:p2"; one DNS name that resolves to
+    every node takes "dns:///idgen.internal:50051".
+    """
+    if isinstance(addrs, str):
+        if addrs.startswith(("ipv4:", "ipv6:", "dns:", "unix:")):
+            return addrs
+        addrs = addrs.split(",")
+    addrs = [a.strip() for a in addrs if a.strip()]
+    if not addrs:
+        raise ValueError("no node addresses")
+    scheme = "ipv6" if addrs[0].startswith("[") else "ipv4"
+    return scheme + ":" + ",".join(addrs)
+
+
+# Round robin over every address, each checked on the gRPC health service:
+# a node that is not ready (NOT_SERVING) is skipped. grpcio needs no import
+# for healthCheckConfig. No retryPolicy: the pool retries itself, on the next
+# node, including DEADLINE_EXCEEDED.
+SERVICE_CONFIG = json.dumps({
+    "loadBalancingConfig": [{"round_robin": {}}],
+    "healthCheckConfig": {"serviceName": HEALTH_SERVICE},
+})
+
+
+class IDPool:
+    """Hands out IDs one at a time from batches a background thread prefetches.
+
+    addrs: node addresses ("host:port" list or comma string), or a grpcio
+    target ("ipv4:...", "dns:///..."). credentials: grpc.ssl_channel_credentials
+    for TLS (None: plaintext, which only nodes on loopback or started with
+    --insecure accept). call_timeout: the deadline of one GetIDBatch attempt
+    (150 ms: a few times a LAN's latency). attempts: attempts per fetch, each
+    on the next node. buffer_seconds: IDs kept ready, in seconds of the
+    current draw rate (at least min_batches batches). batch_size: 0 takes the
+    node's default batch (served from its own buffer). Safe for many threads.
+    """
+
+    def __init__(self, addrs, credentials=None, call_timeout=0.150, attempts=3,
+                 buffer_seconds=3.0, min_batches=2, batch_size=0,
+                 sequence_bits=SEQUENCE_BITS, slot_bits=SLOT_BITS, options=()):
+        if call_timeout <= 0 or attempts < 1 or buffer_seconds < 0 or min_batches < 1 or batch_size < 0:
+            raise ValueError("invalid pool options")
+        self._target = target(addrs)
+        opts = [("grpc.service_config", SERVICE_CONFIG), ("grpc.enable_retries", 0)] + list(options)
+        if credentials is None:
+            self._channel = grpc.insecure_channel(self._target, options=opts)
+        else:
+            self._channel = grpc.secure_channel(self._target, credentials, options=opts)
+        self._stub = idgen_pb2_grpc.IDServiceStub(self._channel)
+        self._call_timeout = call_timeout
+        self._attempts = attempts
+        self._buffer_seconds = buffer_seconds
+        self._min_batches = min_batches
+        self._batch_size = batch_size
+        self._seq_bits = sequence_bits
+        self._slot_mask = (1 << slot_bits) - 1
+        self._max_id = (1 << 63) - 1
+
+        self._lock = threading.Lock()
+        self._have = threading.Condition(self._lock)  # an ID landed, or the fetcher stopped
+        self._room = threading.Condition(self._lock)  # the buffer fell under its target, or close
+        self._batches = deque()  # fetched lists of IDs; batches[0] is being consumed
+        self._pos = 0            # next index in batches[0]
+        self._ready = 0          # IDs ready in all batches
+        self._want = 0           # IDs the fetcher keeps ready (set by the fetcher)
+        self._closed = False
+        self._stopped = False
+        self._last_error = None
+        self._drawn = 0          # IDs taken, for the draw rate
+        self._rate = 0.0         # IDs/s: rises at once, falls slowly
+
+        # Counters for a report (stats()).
+        self._fetches = 0
+        self._retries = 0
+        self._failed_fetches = 0
+        self._errors_by_code = {}
+        self._by_node = {}
+
+        self._thread = threading.Thread(target=self._fetch_loop, name="idgen-pool-fetcher", daemon=True)
+        self._thread.start()
+
+    # --- the caller's side
+
+    def next_id(self, timeout=1.0):
+        """The next ID; waits up to timeout seconds when the buffer is empty.
+
+        Raises IDTimeout (its __cause__ the last fetch error, if any) after
+        timeout, PoolClosed after close once every fetched ID is taken.
+        """
+        deadline = None
+        with self._lock:
+            while self._ready == 0:
+                if self._stopped:
+                    raise PoolClosed("idgen pool closed")
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + timeout
+                if now >= deadline:
+                    raise IDTimeout("no ID within %.3f s (last fetch error: %s)" % (timeout, self._last_error)) from self._last_error
+                self._room.notify()
+                self._have.wait(deadline - now)
+            batch = self._batches[0]
+            id_ = batch[self._pos]
+            self._pos += 1
+            self._ready -= 1
+            self._drawn += 1
+            if self._pos == len(batch):
+                self._batches.popleft()
+                self._pos = 0
+            if self._ready < self._want:
+                self._room.notify()
+            return id_
+
+    def next_code(self, timeout=1.0):
+        """The next ID in plain base62 (FF1-encrypted codes stay with the Go codec)."""
+        return encode_base62(self.next_id(timeout))
+
+    def close(self):
+        """Stops prefetching and closes the channel; IDs already fetched can
+        still be taken, then next_id raises PoolClosed. Idempotent."""
+        with self._lock:
+            self._closed = True
+            self._room.notify_all()
+        self._thread.join()
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def stats(self):
+        """Counters: fetches, retries (attempts after a first failed one),
+        failed_fetches (every attempt failed), errors by status code, batches
+        by serving node, the draw rate and IDs ready."""
+        with self._lock:
+            return {
+                "fetches": self._fetches,
+                "retries": self._retries,
+                "failed_fetches": self._failed_fetches,
+                "attempt_errors": dict(self._errors_by_code),
+                "batches_by_node": dict(self._by_node),
+                "rate": round(self._rate, 1),
+                "ready": self._ready,
+            }
+
+    # --- the fetcher thread: the only caller of GetIDBatch
+
+    def _fetch_loop(self):
+        backoff, last = 0.02, time.monotonic()
+        try:
+            while True:
+                with self._lock:
+                    while True:
+                        now = time.monotonic()
+                        if now - last >= 0.1:
+                            inst = self._drawn / (now - last)
+                            self._rate = inst if inst > self._rate else 0.9 * self._rate + 0.1 * inst
+                            self._drawn, last = 0, now
+                        batch = len(self._batches[-1]) if self._batches else (self._batch_size or 1000)
+                        # Besides the batch being consumed: min_batches, or
+                        # buffer_seconds of draws, whichever is more.
+                        self._want = batch + max(self._min_batches * batch,
+                                                 int(self._rate * self._buffer_seconds))
+                        if self._closed:
+                            return
+                        if self._ready < self._want:
+                            break
+                        self._room.wait(0.1)
+                ids, err = self._fetch()
+                with self._lock:
+                    if ids is None:
+                        self._last_error = err
+                    else:
+                        self._last_error = None
+                        self._batches.append(ids)
+                        self._ready += len(ids)
+                        self._have.notify_all()
+                if ids is None:
+                    with self._lock:  # close() cuts the backoff short
+                        if not self._closed:
+                            self._room.wait(backoff)
+                    backoff = min(2 * backoff, 1.0)
+                else:
+                    backoff = 0.02
+        finally:
+            with self._lock:
+                self._stopped = True
+                self._have.notify_all()
+
+    def _fetch(self):
+        """One fetch: up to attempts calls, each with its own deadline. One
+        thread makes every call, so on the round-robin channel each retry
+        goes to the next node. Returns (ids, None) or (None, last error)."""
+        err = None
+        for attempt in range(self._attempts):
+            if attempt:
+                with self._lock:
+                    self._retries += 1
+            try:
+                resp = self._stub.GetIDBatch(idgen_pb2.GetIDBatchRequest(count=self._batch_size),
+                                             timeout=self._call_timeout)
+                ids = list(resp.ids)
+                self._check(resp, ids)
+            except grpc.RpcError as e:
+                err = e
+                code = e.code()
+                with self._lock:
+                    self._errors_by_code[code.name] = self._errors_by_code.get(code.name, 0) + 1
+                if code not in RETRY_CODES:
+                    break
+                continue
+            except BadBatch as e:
+                err = e
+                with self._lock:
+                    self._errors_by_code["BAD_BATCH"] = self._errors_by_code.get("BAD_BATCH", 0) + 1
+                continue
+            with self._lock:
+                self._fetches += 1
+                self._by_node[resp.node] = self._by_node.get(resp.node, 0) + 1
+            return ids, None
+        with self._lock:
+            self._failed_fetches += 1
+        return None, err
+
+    def _check(self, resp, ids):
+        """The batch checks idclient makes before anyone gets an ID from it:
+        the count asked (any for 0), every ID non-negative and of the slot the
+        response names, strictly increasing."""
+        n = self._batch_size
+        if not ids or (n and len(ids) != n):
+            raise BadBatch("%d IDs for a request of %d, from node %r" % (len(ids), n, resp.node))
+        slot, shift, mask, top = resp.slot, self._seq_bits, self._slot_mask, self._max_id
+        prev = -1
+        for i, id_ in enumerate(ids):
+            if id_ < 0 or id_ > top or (id_ >> shift) & mask != slot:
+                raise BadBatch("ID %d is not an ID of slot %d, from node %r" % (id_, slot, resp.node))
+            if id_ <= prev:
+                raise BadBatch("ID %d follows %d (position %d), not strictly increasing, from node %r"
+                               % (id_, prev, i, resp.node))
+            prev = id_
