@@ -15,9 +15,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
+	"github.com/idgen/idgen/rpc/tlsconf"
 	"github.com/idgen/idgen/scripts/harness"
 )
 
@@ -40,6 +42,7 @@ type summary struct {
 		P999 int64 `json:"p999"`
 		Max  int64 `json:"max"`
 	} `json:"latency_us"`
+	FirstDrawUS  int64   `json:"first_draw_us"` // waits for the connections; not in Draws or LatencyUS
 	SlowerThanMS float64 `json:"slower_than_ms"`
 	SlowDraws    int     `json:"slow_draws"`
 	Pool         struct {
@@ -66,9 +69,43 @@ func needPython(t *testing.T) {
 	t.Skip(msg)
 }
 
-func raftState(t *testing.T, addr string) string {
+// pki is a CA made for the run with a server certificate for the nodes and
+// a client certificate for example.py and the test's own calls (mutual TLS:
+// a node takes no call without a certificate from its CA).
+type pki struct {
+	server, client tlsconf.Files
+	creds          grpc.DialOption // the client certificate, for Go calls
+}
+
+// newPKI writes the CA and both certificates (keys mode 0600, as idgend
+// wants) to a temporary directory. The server certificate carries
+// localhost, 127.0.0.1 and ::1 (tlsconf adds them to every server
+// certificate), so grpcio verifies every loopback address without
+// grpc.ssl_target_name_override.
+func newPKI(t *testing.T) pki {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	dir := t.TempDir()
+	if err := tlsconf.CreateCA(dir, 1); err != nil {
+		t.Fatal(err)
+	}
+	files := func(r tlsconf.Role) tlsconf.Files {
+		if err := tlsconf.CreateCert(dir, tlsconf.CertRequest{Role: r, Name: string(r), Days: 1}); err != nil {
+			t.Fatal(err)
+		}
+		return tlsconf.Files{Cert: tlsconf.CertFile(dir, string(r)), Key: tlsconf.KeyFile(dir, string(r)), CA: filepath.Join(dir, tlsconf.CAFile)}
+	}
+	p := pki{server: files(tlsconf.RoleServer), client: files(tlsconf.RoleClient)}
+	m, err := tlsconf.Load(p.client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.creds = grpc.WithTransportCredentials(credentials.NewTLS(m.ClientConfig()))
+	return p
+}
+
+func raftState(t *testing.T, addr string, creds grpc.DialOption) string {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, creds)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,8 +119,9 @@ func raftState(t *testing.T, addr string) string {
 	return st.GetRaftState()
 }
 
-// TestPythonClientRidesThroughPauses draws about 3,000 IDs/s through the
-// Python pool while a follower is paused (SIGSTOP) for 5 s and then the
+// TestPythonClientRidesThroughPauses starts three nodes with mutual TLS and
+// draws about 3,000 IDs/s through the Python pool (with a client
+// certificate) while a follower is paused (SIGSTOP) for 5 s and then the
 // leader for 5 s, and fails on any error of next_id, any duplicate, any draw
 // slower than 100 ms, or a pause the client never met.
 func TestPythonClientRidesThroughPauses(t *testing.T) {
@@ -92,15 +130,17 @@ func TestPythonClientRidesThroughPauses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p := newPKI(t)
 	bin := harness.Build(t)
 	var ports harness.Ports
-	nodes := harness.StartCluster(t, bin, &ports, 3)
+	nodes := harness.StartCluster(t, bin, &ports, 3,
+		"--tls-cert", p.server.Cert, "--tls-key", p.server.Key, "--tls-ca", p.server.CA)
 
 	var leader, follower *harness.Node
 	harness.WaitFor(t, 10*time.Second, "a leader", func() bool {
 		leader, follower = nil, nil
 		for _, n := range nodes {
-			if raftState(t, n.GRPC) == "Leader" {
+			if raftState(t, n.GRPC, p.creds) == "Leader" {
 				leader = n
 			} else {
 				follower = n
@@ -109,6 +149,10 @@ func TestPythonClientRidesThroughPauses(t *testing.T) {
 		return leader != nil && follower != nil
 	})
 	t.Logf("leader %s, paused first: follower %s", leader.Name, follower.Name)
+	// The nodes run TLS indeed: a plaintext call is refused.
+	if st := raftState(t, leader.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials())); st != "" {
+		t.Fatalf("a plaintext Status call to %s answered %q: the nodes do not run TLS", leader.Name, st)
+	}
 
 	addrs := make([]string, len(nodes))
 	for i, n := range nodes {
@@ -120,7 +164,8 @@ func TestPythonClientRidesThroughPauses(t *testing.T) {
 	logPath := filepath.Join(t.TempDir(), "example.log")
 	py := harness.NewProc(t, "example.py", logPath)
 	cmd := exec.Command(python, example, "--nodes", strings.Join(addrs, ","),
-		"--rate", fmt.Sprint(rate), "--duration", "45", "--slow-ms", fmt.Sprint(slowMS))
+		"--rate", fmt.Sprint(rate), "--duration", "45", "--slow-ms", fmt.Sprint(slowMS),
+		"--ca", p.client.CA, "--cert", p.client.Cert, "--key", p.client.Key, "--server-name", "localhost")
 	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1") // no __pycache__ in the tree
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -177,8 +222,8 @@ func TestPythonClientRidesThroughPauses(t *testing.T) {
 		t.Fatalf("example.py's last line is not its summary (%v): %q", err, last)
 	}
 	t.Logf("summary: %s", last)
-	t.Logf("draws %d in %.1f s (%.0f/s), errors %d, duplicates %d, latency p50 %d us p99 %d us p99.9 %d us max %d us, fetches %d, retries %d, attempt errors %v, batches by node %v",
-		s.Draws, s.Seconds, s.Rate, s.Errors, s.Duplicates, s.LatencyUS.P50, s.LatencyUS.P99, s.LatencyUS.P999, s.LatencyUS.Max,
+	t.Logf("draws %d in %.1f s (%.0f/s), errors %d, duplicates %d, latency p50 %d us p99 %d us p99.9 %d us max %d us (first draw, connecting over TLS: %d us), fetches %d, retries %d, attempt errors %v, batches by node %v",
+		s.Draws, s.Seconds, s.Rate, s.Errors, s.Duplicates, s.LatencyUS.P50, s.LatencyUS.P99, s.LatencyUS.P999, s.LatencyUS.Max, s.FirstDrawUS,
 		s.Pool.Fetches, s.Pool.Retries, s.Pool.AttemptErrors, s.Pool.BatchesByNode)
 	if s.Errors != 0 {
 		t.Errorf("%d errors from next_id: %v", s.Errors, s.ErrorKinds)
