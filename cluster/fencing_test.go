@@ -184,9 +184,16 @@ func TestWipedSeedNeverJoinsItsOldCluster(t *testing.T) {
 		t.Fatalf("wiped seed's cluster %q, old %q", newCluster, oldCluster)
 	}
 	// The older side keeps serving, reports the conflict, and never adds the impostor.
+	// Each node learns of the wiped seed through its own gossip view and
+	// proves it over the authenticated transport on its own; one of the old
+	// cluster's nodes reporting it is the older side reporting it.
 	waitFor(t, 20*time.Second, "the old cluster to report the conflict", func() bool {
-		cs := b.Status().ConflictingClusters
-		return len(cs) == 1 && cs[0] == newCluster
+		for _, name := range []string{"b", "c"} {
+			if cs := tc.node(name).Status().ConflictingClusters; len(cs) == 1 && cs[0] == newCluster {
+				return true
+			}
+		}
+		return false
 	})
 	deadline := time.Now().Add(3 * time.Second) // several reconcile sweeps
 	for time.Now().Before(deadline) {
