@@ -195,11 +195,11 @@ func (n *Node) claimFailure(err error) string {
 // own, granted follows the slot's highWater as applied here; once it is not
 // (another node's, a later claim of this node's, or none), the generator
 // stops at once. It reports whether the generator is still running.
-func (n *Node) followLog(g *generator.Generator) bool { return n.follow(g, nil, nil) }
+func (n *Node) followLog(g *generator.Generator) bool { return n.follow(g, nil) }
 
-// follow is followLog with the answer to a reserve, if one just came: it
-// carries out agentStep's decision (decide.go).
-func (n *Node) follow(g *generator.Generator, answer *result, answerErr error) bool {
+// follow is followLog with the error a reserve just got, if any: it carries
+// out agentStep's decision (decide.go).
+func (n *Node) follow(g *generator.Generator, answerErr error) bool {
 	tenure := n.tenure.Load()
 	var (
 		t           Tenure
@@ -216,7 +216,7 @@ func (n *Node) follow(g *generator.Generator, answer *result, answerErr error) b
 	d := agentStep(agentIn{
 		Tenure: tenure, Running: true, Slot: g.Slot(), Granted: g.Granted(), Head: g.Head(),
 		Own: t, Applied: applied, Held: ok, SlotOwner: owner, SlotTenure: current,
-		Answer: answer, AnswerErr: answerErr, Lead: unitsCeil(n.cfg.Lead, n.cfg.Layout.Unit),
+		AnswerErr: answerErr, Lead: unitsCeil(n.cfg.Lead, n.cfg.Layout.Unit),
 	})
 	if d.Revoke != nil {
 		n.revoke(g, d.Revoke)
@@ -224,10 +224,6 @@ func (n *Node) follow(g *generator.Generator, answer *result, answerErr error) b
 	}
 	if d.Grant > g.Granted() {
 		n.lastGrant.Store(time.Now().UnixNano())
-		if at := n.reserveAnswered.Load(); at != 0 {
-			n.grantLag.Store(time.Now().UnixNano() - at)
-			n.reserveAnswered.Store(0)
-		}
 		g.Grant(d.Grant)
 	}
 	if ok && t.Slot == g.Slot() {
@@ -261,10 +257,7 @@ func (n *Node) reserve(g *generator.Generator) {
 	r, err := n.propose(ctx, command{Type: cmdReserve, NodeID: n.id, Slot: g.Slot(), Tenure: n.tenure.Load(), UpTo: upTo})
 	switch {
 	case err == nil:
-		if r.Granted > g.Granted() {
-			n.reserveAnswered.Store(time.Now().UnixNano())
-		}
-		n.follow(g, &r, nil)
+		n.follow(g, nil)
 		switch {
 		case r.ClusterTime != 0:
 			n.skew.Store(int64(sent.Sub(time.Unix(0, r.ClusterTime))))
@@ -275,7 +268,7 @@ func (n *Node) reserve(g *generator.Generator) {
 			n.setReason("")
 		}
 	case errors.Is(err, ErrNotOwner):
-		n.follow(g, nil, err)
+		n.follow(g, err)
 	case errors.Is(err, ErrClockSkew):
 		n.setReason(err.Error())
 	default:

@@ -30,11 +30,10 @@ type agentIn struct {
 	Held       bool
 	SlotOwner  string
 	SlotTenure uint64
-	// Answer and AnswerErr are the answer to the agent's last claim or
-	// reserve, if it just got one. An answer is a hint, never a grant: the
-	// window comes from the replica alone (DESIGN.md, "A node mints only from
-	// its own log").
-	Answer    *result
+	// AnswerErr is the error the agent's last reserve just got, if any. An
+	// answer is a hint, never a grant: the window comes from the replica
+	// alone (DESIGN.md, "A node mints only from its own log"), so a success
+	// carries nothing the step reads; only "not owner" stops the generator.
 	AnswerErr error
 	// Lead is how far ahead of Head the agent keeps its window, in units.
 	Lead int64

@@ -187,11 +187,6 @@ type Node struct {
 	tenure      atomic.Uint64
 	leaderReady atomic.Bool  // this node leads and has passed its Barrier
 	lastGrant   atomic.Int64 // when a reserve last extended the window, Unix ns
-	// reserveAnswered is when the last answer promising more room came (Unix
-	// ns, 0 once followed); grantLag how long the local apply of the last
-	// grant took after its answer, ns.
-	reserveAnswered atomic.Int64
-	grantLag        atomic.Int64
 	// window is the last window a generator of this node held, for gossip
 	// and Status.
 	window atomic.Pointer[heldWindow]

@@ -516,11 +516,7 @@ func (w *simWorld) answered(n *simNode, c command, r result, err error) {
 		if err == nil && w.cfg.faults.trustAnswers {
 			n.gen.Grant(r.Granted)
 		}
-		var ans *result
-		if err == nil {
-			ans = &r
-		}
-		w.follow(n, ans, err)
+		w.follow(n, err)
 	}
 }
 
@@ -547,12 +543,12 @@ func (w *simWorld) reserve(n *simNode, upTo int64) {
 
 // follow runs agentStep for the running generator and carries it out
 // (agent.go's follow).
-func (w *simWorld) follow(n *simNode, answer *result, answerErr error) agentOut {
+func (w *simWorld) follow(n *simNode, answerErr error) agentOut {
 	g := n.gen
 	s := n.replica.state
 	t, applied, ok := ownTenure(s, n.id, n.tenure)
 	in := agentIn{Tenure: n.tenure, Running: true, Slot: g.Slot(), Granted: g.Granted(), Head: g.Head(),
-		Own: t, Applied: applied, Held: ok, Answer: answer, AnswerErr: answerErr, Lead: unitsCeil(simLead, simUnit)}
+		Own: t, Applied: applied, Held: ok, AnswerErr: answerErr, Lead: unitsCeil(simLead, simUnit)}
 	if g.Slot() < len(s.Slots) {
 		in.SlotOwner, in.SlotTenure = s.Slots[g.Slot()].Owner, s.Slots[g.Slot()].Tenure
 	}
@@ -597,7 +593,7 @@ func (w *simWorld) agent(n *simNode) {
 			w.answered(n, c, r, err)
 		}
 	default:
-		d := w.follow(n, nil, nil)
+		d := w.follow(n, nil)
 		if n.gen != nil && d.Reserve && w.now-n.lastReserve >= minReserveGap {
 			n.lastReserve = w.now
 			w.reserve(n, d.UpTo)
