@@ -174,11 +174,21 @@ func TestGateHandsOnOnlyFinishedHandshakes(t *testing.T) {
 	if !closedBy(bad, harness.Scale(5*time.Second)) {
 		t.Fatalf("a wrong greeting was not closed")
 	}
-	mu.Lock()
-	if reasons["evicted"] != 1 || reasons["timeout"] != 1 || reasons["other"] != 1 {
-		t.Errorf("refusals %v, want one each of evicted, timeout, other", reasons)
+	// The client can see its connection closed before the gate has reported
+	// the refusal: wait for the report, then require exactly one of each.
+	counted := func() (map[string]int, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		got := map[string]int{}
+		for k, v := range reasons {
+			got[k] = v
+		}
+		return got, got["evicted"] >= 1 && got["timeout"] >= 1 && got["other"] >= 1
 	}
-	mu.Unlock()
+	harness.WaitFor(t, 5*time.Second, "the three refusals reported", func() bool { _, ok := counted(); return ok })
+	if got, _ := counted(); got["evicted"] != 1 || got["timeout"] != 1 || got["other"] != 1 {
+		t.Errorf("refusals %v, want one each of evicted, timeout, other", got)
+	}
 
 	g.Close()
 	if _, err := g.Accept(); !errors.Is(err, net.ErrClosed) {
