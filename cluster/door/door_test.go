@@ -73,11 +73,13 @@ func TestLimitClosesConnectionsBeyondTheCap(t *testing.T) {
 	if !closedBy(extra, harness.Scale(5*time.Second)) {
 		t.Fatalf("the fourth connection over a cap of 3 was not closed")
 	}
-	mu.Lock()
-	if len(refused) != 1 || !errors.Is(refused[0], ErrTooMany) {
-		t.Errorf("refused = %v, want one ErrTooMany", refused)
+	// The client sees its connection closed before Limit has reported the
+	// refusal: wait for the report, then require exactly one.
+	reported := func() []error { mu.Lock(); defer mu.Unlock(); return append([]error(nil), refused...) }
+	harness.WaitFor(t, 5*time.Second, "the refusal reported", func() bool { return len(reported()) >= 1 })
+	if got := reported(); len(got) != 1 || !errors.Is(got[0], ErrTooMany) {
+		t.Errorf("refused = %v, want one ErrTooMany", got)
 	}
-	mu.Unlock()
 	held[0].Close()
 	held[0].Close() // a second Close frees nothing more
 	dial(t, l.Addr().String())
