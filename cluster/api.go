@@ -101,15 +101,10 @@ type Status struct {
 const ReasonLeaving = "leaving the cluster"
 
 // Tenure is one node's hold on one slot, as recorded by the Raft log. The owner
-// may stamp timestamps t with Floor < t <= Granted.
-type Tenure struct {
-	Slot          int
-	NodeID        string
-	Floor         int64
-	Granted       int64
-	ClaimedIndex  uint64
-	ReleasedIndex uint64 // 0 while the slot is still held
-}
+// may stamp timestamps t with Floor < t <= Granted. The type is defined in
+// generator, so that the checker behind idctl verify shares it without
+// importing the cluster; it is stored in snapshots under its Go field names.
+type Tenure = generator.Tenure
 
 // Forwarder sends an encoded command to the leader's gRPC address and returns
 // the encoded result. The rpc layer implements it with PeerService.Apply.

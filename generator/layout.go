@@ -3,6 +3,7 @@ package generator
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
 )
 
@@ -90,6 +91,22 @@ func (l Layout) totalBits() int {
 func (l Layout) String() string {
 	return fmt.Sprintf("%d/%d/%d/%d unit=%s epoch=%d",
 		l.TimestampBits, l.DatacenterBits, l.MachineBits, l.SequenceBits, l.Unit, l.Epoch)
+}
+
+// ParseLayout reads a layout as String writes it:
+// "28/2/1/11 unit=1s epoch=1777939200". The result is validated (NewLayout).
+func ParseLayout(s string) (Layout, error) {
+	var ts, dc, m, seq uint8
+	var unit string
+	var epoch int64
+	if _, err := fmt.Sscanf(strings.TrimSpace(s), "%d/%d/%d/%d unit=%s epoch=%d", &ts, &dc, &m, &seq, &unit, &epoch); err != nil {
+		return Layout{}, fmt.Errorf("layout %q: want \"ts/dc/m/seq unit=D epoch=N\": %w", s, err)
+	}
+	u, err := time.ParseDuration(unit)
+	if err != nil {
+		return Layout{}, fmt.Errorf("layout %q: unit: %w", s, err)
+	}
+	return NewLayout(epoch, u, ts, dc, m, seq)
 }
 
 // Slots is the number of generators that can run at once: 1<<(dc+m bits).

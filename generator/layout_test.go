@@ -180,3 +180,18 @@ func TestComposeDecomposeErrors(t *testing.T) {
 		t.Errorf("Decompose: dc=%d m=%d, want 2 1", p.Datacenter, p.Machine)
 	}
 }
+
+func TestParseLayoutRoundTrip(t *testing.T) {
+	l := DefaultLayout()
+	got, err := ParseLayout(l.String())
+	if err != nil || got != l {
+		t.Fatalf("ParseLayout(%q) = %+v, %v", l.String(), got, err)
+	}
+	other, _ := NewLayout(1700000000, 10*time.Millisecond, 34, 2, 1, 8)
+	if got, err := ParseLayout(other.String()); err != nil || got != other {
+		t.Fatalf("ParseLayout(%q) = %+v, %v", other.String(), got, err)
+	}
+	if _, err := ParseLayout("28/2/1 unit=1s"); err == nil {
+		t.Fatal("short layout accepted")
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idgen/idgen/generator"
 	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
+	"github.com/idgen/idgen/rpc/idcheck"
 	"github.com/idgen/idgen/rpc/idclient"
 )
 
@@ -191,7 +192,7 @@ func runStatus(ctx context.Context, g globals, args []string, e env) error {
 			ClusterID: st.GetClusterId(), Conflicting: st.GetConflictingClusters(),
 		})
 	}
-	layout, lerr := idclient.ParseLayout(st.GetLayout())
+	layout, lerr := generator.ParseLayout(st.GetLayout())
 	at := func(ts int64) string {
 		if lerr != nil || st.GetSlot() < 0 {
 			return fmt.Sprint(ts)
@@ -290,6 +291,18 @@ func runRemove(ctx context.Context, g globals, args []string, e env) error {
 	return nil
 }
 
+// tenureJSON is a tenure as `idctl history --json` prints it. generator.Tenure
+// carries no JSON tags: its JSON form, under the Go field names, is the one
+// the Raft snapshots store.
+type tenureJSON struct {
+	Slot          int    `json:"slot"`
+	NodeID        string `json:"node_id"`
+	Floor         int64  `json:"floor"`
+	Granted       int64  `json:"granted"`
+	ClaimedIndex  uint64 `json:"claimed_index"`
+	ReleasedIndex uint64 `json:"released_index"`
+}
+
 func runHistory(ctx context.Context, g globals, args []string, e env) error {
 	if err := noArgs(args); err != nil {
 		return err
@@ -298,23 +311,23 @@ func runHistory(ctx context.Context, g globals, args []string, e env) error {
 	if err != nil {
 		return usagef("%v", err)
 	}
-	h, err := idclient.FetchHistory(ctx, addrs, g.timeout, g.clientOptions()...)
+	h, err := idcheck.FetchHistory(ctx, addrs, g.timeout, g.clientOptions()...)
 	if err != nil {
 		return err
 	}
 	for _, herr := range h.Errors {
 		fmt.Fprintf(e.stderr, "idctl history: warning: %s\n", describe(errors.Unwrap(herr)))
 	}
-	overlaps := idclient.CheckTenures(h.Tenures)
+	overlaps := idcheck.CheckTenures(h.Tenures)
 	if g.json {
 		out := struct {
-			Layout   string            `json:"layout"`
-			Answered int               `json:"answered"`
-			Tenures  []idclient.Tenure `json:"tenures"`
-			Overlaps []string          `json:"overlaps"`
-		}{h.Layout.String(), h.Answered, h.Tenures, overlaps}
-		if out.Tenures == nil {
-			out.Tenures = []idclient.Tenure{}
+			Layout   string       `json:"layout"`
+			Answered int          `json:"answered"`
+			Tenures  []tenureJSON `json:"tenures"`
+			Overlaps []string     `json:"overlaps"`
+		}{h.Layout.String(), h.Answered, make([]tenureJSON, 0, len(h.Tenures)), overlaps}
+		for _, t := range h.Tenures {
+			out.Tenures = append(out.Tenures, tenureJSON(t))
 		}
 		if out.Overlaps == nil {
 			out.Overlaps = []string{}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idgen/idgen/generator"
+	"github.com/idgen/idgen/rpc/idcheck"
 	"github.com/idgen/idgen/rpc/idclient"
 )
 
@@ -41,8 +42,8 @@ func bindVerify(fs *flag.FlagSet) runner {
 		if _, err := idclient.TargetAddrs(ctx, g.target); err != nil {
 			return usagef("%v", err)
 		}
-		r, err := idclient.Verify(ctx, g.target, idclient.VerifyOptions{
-			LoadOptions: idclient.LoadOptions{
+		r, err := idcheck.Verify(ctx, g.target, idcheck.VerifyOptions{
+			LoadOptions: idcheck.LoadOptions{
 				Duration: *duration, Rate: *rate, Counts: counts, Concurrency: *concurrency, CallTimeout: *callTimeout,
 			},
 			HistoryTimeout: g.timeout,
@@ -86,7 +87,7 @@ func parseCounts(s string) ([]int, error) {
 	return out, nil
 }
 
-func printReport(e env, r idclient.Report) {
+func printReport(e env, r idcheck.Report) {
 	w := e.stdout
 	fmt.Fprintf(w, "attempted     %d IDs in %d calls\n", r.Attempted, r.Load.Calls)
 	fmt.Fprintf(w, "acknowledged  %d IDs\n", r.Acknowledged)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/idgen/idgen/generator"
 	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
+	"github.com/idgen/idgen/rpc/idcheck"
 	"github.com/idgen/idgen/rpc/idclient"
 )
 
@@ -309,7 +310,7 @@ func TestThreeNodeCluster(t *testing.T) {
 
 	t.Run("verify finds nothing", func(t *testing.T) {
 		out, errOut, code := idctl(t, "--target", target, "--json", "verify", "--duration", "2s", "--rate", "3000")
-		var r idclient.Report
+		var r idcheck.Report
 		if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.Acknowledged < 3000 || len(r.PerSlot) != 3 || !r.OK() {
 			t.Fatalf("verify exit %d: %s%s", code, out, errOut)
 		}

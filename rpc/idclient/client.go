@@ -16,6 +16,14 @@
 //
 // Any other target with a scheme ("passthrough:///…", "unix://…") is passed to
 // gRPC unchanged.
+//
+// It holds what a service that takes IDs or short codes (a URL shortener)
+// needs, and nothing else: Dial and its options (timeouts, hedging, TLS), a
+// Pool for NextID and NextCode (a generator.Codec keyed by ReadCodeKey), and
+// FetchBatch and TargetAddrs for callers that want to know which node served
+// or which nodes a target names. It imports nothing of the cluster (Raft,
+// gossip, the store). The uniqueness checker behind `idctl verify` and the
+// chaos runs is rpc/idcheck, built on this package.
 package idclient
 
 import (

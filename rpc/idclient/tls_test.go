@@ -10,7 +10,8 @@ import (
 )
 
 // TestWithTLSRefusesBadFiles: a missing file, a partial set or a certificate
-// of another CA fails Dial (and FetchHistory) with the reason, instead of
+// of another CA fails Dial (and TransportCredentials, which idctl's admin
+// calls and rpc/idcheck's FetchHistory dial with) with the reason, instead of
 // silently dialing in plaintext.
 func TestWithTLSRefusesBadFiles(t *testing.T) {
 	a, b := t.TempDir(), t.TempDir()
@@ -34,8 +35,8 @@ func TestWithTLSRefusesBadFiles(t *testing.T) {
 		if _, err := Dial("127.0.0.1:1", tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Dial: %v, want an error with %q", err, tc.want)
 		}
-		if _, err := FetchHistory(t.Context(), []string{"127.0.0.1:1"}, 0, tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("FetchHistory: %v, want an error with %q", err, tc.want)
+		if _, err := TransportCredentials(tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("TransportCredentials: %v, want an error with %q", err, tc.want)
 		}
 	}
 	c, err := Dial("127.0.0.1:1", WithTLS(cert, key, filepath.Join(a, tlsconf.CAFile)))

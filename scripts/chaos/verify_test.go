@@ -11,24 +11,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
-)
 
-// verifyReport is the JSON that `idctl verify --json` prints.
-type verifyReport struct {
-	Attempted             int64          `json:"attempted"`
-	Acknowledged          int64          `json:"acknowledged"`
-	Failed                int64          `json:"failed"`
-	Duplicates            int64          `json:"duplicates"`
-	ContainmentViolations int64          `json:"containment_violations"`
-	OwnerViolations       int64          `json:"owner_violations"`
-	BadBatches            int64          `json:"bad_batches"`
-	BadBatchExamples      []string       `json:"bad_batch_examples"`
-	PerSlot               map[string]int `json:"per_slot"`
-	LargestGapMS          int64          `json:"largest_gap_ms"`
-	SuccessRate           float64        `json:"success_rate"`
-	DurationMS            int64          `json:"duration_ms"`
-	Errors                []string       `json:"errors"`
-}
+	"github.com/idgen/idgen/rpc/idcheck"
+)
 
 // verifyExitViolation is idctl verify's exit code for a duplicate, a
 // containment violation or a malformed batch.
@@ -71,8 +56,8 @@ func startVerify(c *cluster, d time.Duration, rate int) (*verifier, error) {
 
 // wait waits for verify to finish (its duration plus grace), parses its
 // report and returns its exit code. A verify that outlives the grace is killed.
-func (v *verifier) wait(grace time.Duration) (verifyReport, int, error) {
-	var rep verifyReport
+func (v *verifier) wait(grace time.Duration) (idcheck.Report, int, error) {
+	var rep idcheck.Report
 	select {
 	case <-v.done:
 	case <-time.After(grace):
@@ -112,7 +97,7 @@ func tail(s string, n int) string {
 }
 
 // summary is the one line every chaos run ends with.
-func summary(prefix string, faults int, r verifyReport) string {
+func summary(prefix string, faults int, r idcheck.Report) string {
 	return fmt.Sprintf("%s: faults=%d acknowledged=%d duplicates=%d containment_violations=%d owner_violations=%d bad_batches=%d success_rate=%.4f worst_stall=%.1fs",
 		prefix, faults, r.Acknowledged, r.Duplicates, r.ContainmentViolations, r.OwnerViolations, r.BadBatches, r.SuccessRate, float64(r.LargestGapMS)/1000)
 }
