@@ -11,9 +11,10 @@ import (
 // NewAdminHandler serves the HTTP admin port:
 //
 //	/healthz  200 "ok" while the process is alive (shallow)
-//	/readyz   200 "ready" when Backend.Ready, else 503 with the reason (deep)
+//	/readyz   200 "ready" when Issuer.Ready (and no Issuer.Conflict), else
+//	          503 with the reason (deep)
 //	/metrics  Prometheus metrics gathered from g
-func NewAdminHandler(backend Backend, g prometheus.Gatherer) http.Handler {
+func NewAdminHandler(backend Issuer, g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -22,7 +23,7 @@ func NewAdminHandler(backend Backend, g prometheus.Gatherer) http.Handler {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
-		if ok, reason := backend.Ready(); !ok {
+		if ok, reason := ready(backend); !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "not ready: %s\n", reason)
 			return

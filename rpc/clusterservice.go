@@ -12,15 +12,18 @@ import (
 
 	"github.com/idgen/idgen/cluster"
 	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
+	"github.com/idgen/idgen/rpc/buildinfo"
 )
 
 type clusterService struct {
 	idgenv1.UnimplementedClusterServiceServer
-	s *Server
+	s     *Server // the join slot, the log and Left
+	admin Admin
+	fault FaultInjector
 }
 
 func (h *clusterService) Members(ctx context.Context, _ *idgenv1.MembersRequest) (*idgenv1.MembersResponse, error) {
-	members, leader := h.s.backend.Members()
+	members, leader := h.admin.Members()
 	out := &idgenv1.MembersResponse{LeaderId: leader, Members: make([]*idgenv1.Member, 0, len(members))}
 	for _, m := range members {
 		out.Members = append(out.Members, memberToProto(m))
@@ -45,12 +48,12 @@ func memberToProto(m cluster.MemberInfo) *idgenv1.Member {
 }
 
 func (h *clusterService) Status(ctx context.Context, _ *idgenv1.StatusRequest) (*idgenv1.StatusResponse, error) {
-	return statusToProto(h.s.backend.Status()), nil
+	return statusToProto(h.admin.Status()), nil
 }
 
 func statusToProto(st cluster.Status) *idgenv1.StatusResponse {
 	// The build is the process's: the node and this server are one binary.
-	b := ReadBuildInfo()
+	b := buildinfo.Read()
 	return &idgenv1.StatusResponse{
 		Version:             b.Version,
 		Revision:            b.Revision,
@@ -109,7 +112,7 @@ func (h *clusterService) Join(ctx context.Context, req *idgenv1.JoinRequest) (*i
 	done := make(chan result, 1)
 	go func() {
 		defer func() { <-h.s.joinSlot }()
-		n, err := h.s.backend.Join(addrs)
+		n, err := h.admin.Join(addrs)
 		done <- result{n, err}
 	}()
 	// The caller's deadline bounds the answer; the join itself runs out
@@ -129,7 +132,7 @@ func (h *clusterService) Join(ctx context.Context, req *idgenv1.JoinRequest) (*i
 // Leave returns once the node has left; the binary exits after the response
 // is sent (see Server.Left).
 func (h *clusterService) Leave(ctx context.Context, _ *idgenv1.LeaveRequest) (*idgenv1.LeaveResponse, error) {
-	if err := h.s.backend.Leave(ctx); err != nil {
+	if err := h.admin.Leave(ctx); err != nil {
 		return nil, ToStatus(fmt.Errorf("leave: %w", err))
 	}
 	h.s.log.Info("node left the cluster on request")
@@ -142,7 +145,7 @@ func (h *clusterService) Remove(ctx context.Context, req *idgenv1.RemoveRequest)
 	if node == "" {
 		return nil, status.Error(codes.InvalidArgument, "remove needs a node ID or name (see idctl members)")
 	}
-	id, freed, err := h.s.backend.Remove(ctx, node)
+	id, freed, err := h.admin.Remove(ctx, node)
 	if err != nil {
 		return nil, ToStatus(fmt.Errorf("remove %q: %w", node, err))
 	}
@@ -151,12 +154,12 @@ func (h *clusterService) Remove(ctx context.Context, req *idgenv1.RemoveRequest)
 }
 
 func (h *clusterService) History(ctx context.Context, _ *idgenv1.HistoryRequest) (*idgenv1.HistoryResponse, error) {
-	tenures, err := h.s.backend.History(ctx)
+	tenures, err := h.admin.History(ctx)
 	if err != nil {
 		return nil, ToStatus(fmt.Errorf("history: %w", err))
 	}
 	out := &idgenv1.HistoryResponse{
-		Layout:  h.s.backend.Status().Layout.String(),
+		Layout:  h.admin.Status().Layout.String(),
 		Tenures: make([]*idgenv1.Tenure, 0, len(tenures)),
 	}
 	for _, t := range tenures {
@@ -177,7 +180,7 @@ func (h *clusterService) Fault(ctx context.Context, req *idgenv1.FaultRequest) (
 	if ms > MaxFaultOffsetMS || ms < -MaxFaultOffsetMS {
 		return nil, status.Errorf(codes.InvalidArgument, "clock offset %s is beyond the limit of ±1h", time.Duration(ms)*time.Millisecond)
 	}
-	if err := h.s.backend.SetClockOffset(time.Duration(ms) * time.Millisecond); err != nil {
+	if err := h.fault.SetClockOffset(time.Duration(ms) * time.Millisecond); err != nil {
 		return nil, ToStatus(err)
 	}
 	h.s.log.Warn("fault injection: clock offset set", "offset_ms", ms)

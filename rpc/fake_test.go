@@ -11,7 +11,7 @@ import (
 )
 
 // fakeBackend stands in for cluster.Node: it mints unique IDs for one slot and
-// lets tests flip readiness, inject errors and panics.
+// lets tests flip readiness, report a conflict, inject errors and panics.
 type fakeBackend struct {
 	mu       sync.Mutex
 	slot     int
@@ -19,6 +19,7 @@ type fakeBackend struct {
 	counter  int64
 	ready    bool
 	reason   string
+	conflict error // what Conflict reports; Ready and NextBatch ignore it
 	mintErr  error
 	block    bool // NextBatch waits for ctx to end
 	panicMem bool // Members panics
@@ -86,6 +87,21 @@ func (f *fakeBackend) Ready() (bool, string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.ready, f.reason
+}
+
+// Conflict reports the conflict a test set. Unlike cluster.Node, Ready and
+// NextBatch do not look at it: the server alone has to refuse.
+func (f *fakeBackend) Conflict() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.conflict
+}
+
+// mintCount is the number of batches NextBatch has minted.
+func (f *fakeBackend) mintCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mints
 }
 
 func (f *fakeBackend) Members() ([]cluster.MemberInfo, string) {

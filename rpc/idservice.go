@@ -37,7 +37,7 @@ func (h *idService) GetIDBatch(ctx context.Context, req *idgenv1.GetIDBatchReque
 		source = "buffer"
 		ids, slot, err = s.takeBuffered(ctx)
 	} else {
-		ids, slot, err = s.backend.NextBatch(ctx, n)
+		ids, slot, err = s.nextBatch(ctx, n)
 	}
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -61,13 +61,11 @@ func (h *idService) GetIDBatch(ctx context.Context, req *idgenv1.GetIDBatchReque
 func (s *Server) takeBuffered(ctx context.Context) ([]int64, int, error) {
 	// A node that met an older cluster hands out nothing it minted: its
 	// window may overlap the older cluster's.
-	if c, ok := s.backend.(interface{ Conflict() error }); ok {
-		if err := c.Conflict(); err != nil {
-			s.buf.Drain()
-			return nil, -1, err
-		}
+	if err := s.issuer.Conflict(); err != nil {
+		s.buf.Drain()
+		return nil, -1, err
 	}
-	if ok, reason := s.backend.Ready(); !ok {
+	if ok, reason := s.issuer.Ready(); !ok {
 		notReady := fmt.Errorf("%w: %s", cluster.ErrNotReady, reason)
 		if s.buf.Len() == 0 {
 			return nil, -1, notReady

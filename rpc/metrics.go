@@ -56,8 +56,8 @@ func newMetrics(reg prometheus.Registerer, backend Backend, buf *generator.Buffe
 	return m, nil
 }
 
-// statusCollector reads Backend.Status and Ready once per scrape, so the
-// gauges never go stale and cost nothing between scrapes.
+// statusCollector reads Backend.Status, Ready and Members once per scrape,
+// so the gauges never go stale and cost nothing between scrapes.
 type statusCollector struct {
 	backend        Backend
 	ready          *prometheus.Desc
@@ -98,7 +98,7 @@ func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
-	ok, _ := c.backend.Ready()
+	ok, _ := ready(c.backend)
 	st := c.backend.Status()
 	now := time.Now()
 	ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, boolFloat(ok))

@@ -17,7 +17,7 @@ import (
 
 type peerService struct {
 	idgenv1.UnimplementedPeerServiceServer
-	s *Server
+	peer Peer
 }
 
 // Apply runs a command a follower forwarded. Errors travel back with their
@@ -26,7 +26,7 @@ func (h *peerService) Apply(ctx context.Context, req *idgenv1.ApplyRequest) (*id
 	if len(req.GetCommand()) == 0 {
 		return nil, ToStatus(fmt.Errorf("%w: empty command", errBadRequest))
 	}
-	res, err := h.s.backend.ApplyForwarded(ctx, req.GetCommand())
+	res, err := h.peer.ApplyForwarded(ctx, req.GetCommand())
 	if err != nil {
 		return nil, ToStatus(err)
 	}

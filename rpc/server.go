@@ -34,7 +34,7 @@ const (
 	// DefaultMaxCount is the largest count one GetIDBatch accepts: the
 	// generator's own maximum (about five seconds of one node's capacity).
 	DefaultMaxCount = generator.MaxBatch
-	// DefaultReadyPollInterval is how often health follows Backend.Ready:
+	// DefaultReadyPollInterval is how often health follows Issuer.Ready:
 	// Ready reads a few atomics, and clients start sending to a node only
 	// once its health says SERVING, so a node's start waits for this.
 	DefaultReadyPollInterval = 50 * time.Millisecond
@@ -51,7 +51,8 @@ const notReadyTakeWait = 50 * time.Millisecond
 
 // ServerConfig configures NewServer. Zero values take the defaults above.
 type ServerConfig struct {
-	// Backend is the node; required.
+	// Backend is the node, every role; required. Each service keeps only
+	// its role of it (backend.go).
 	Backend Backend
 	// NodeName and NodeID are reported in GetIDBatch responses.
 	NodeName string
@@ -66,7 +67,7 @@ type ServerConfig struct {
 	MaxCount int
 	// Registerer receives the metrics; nil keeps them in a private registry.
 	Registerer prometheus.Registerer
-	// ReadyPollInterval is how often health status follows Backend.Ready.
+	// ReadyPollInterval is how often health status follows Issuer.Ready.
 	ReadyPollInterval time.Duration
 	// TLS, when set, makes the server speak only TLS with these settings
 	// (tlsconf.Material.ServerConfig: callers need a certificate from the CA)
@@ -132,7 +133,7 @@ func (c *ServerConfig) withDefaults() (ServerConfig, error) {
 type Server struct {
 	cfg     ServerConfig
 	log     *slog.Logger
-	backend Backend
+	issuer  Issuer // the serving role: IDService, producer, health
 	grpc    *grpc.Server
 	health  *health.Server
 	metrics *metrics
@@ -170,7 +171,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s := &Server{
 		cfg:      c,
 		log:      c.Logger,
-		backend:  c.Backend,
+		issuer:   c.Backend,
 		buf:      buf,
 		health:   health.NewServer(),
 		left:     make(chan struct{}),
@@ -218,8 +219,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		}),
 	)...)
 	idgenv1.RegisterIDServiceServer(s.grpc, &idService{s: s})
-	idgenv1.RegisterClusterServiceServer(s.grpc, &clusterService{s: s})
-	idgenv1.RegisterPeerServiceServer(s.grpc, &peerService{s: s})
+	idgenv1.RegisterClusterServiceServer(s.grpc, &clusterService{s: s, admin: c.Backend, fault: c.Backend})
+	idgenv1.RegisterPeerServiceServer(s.grpc, &peerService{peer: c.Backend})
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	// Every method's series exist at 0 from the start, so rate() and the
@@ -300,7 +301,7 @@ func (s *Server) healthLoop(ctx context.Context) {
 }
 
 func (s *Server) updateReadiness() {
-	ok, reason := s.backend.Ready()
+	ok, reason := ready(s.issuer)
 	st := healthpb.HealthCheckResponse_NOT_SERVING
 	if ok {
 		st = healthpb.HealthCheckResponse_SERVING
@@ -311,10 +312,32 @@ func (s *Server) updateReadiness() {
 	s.health.SetServingStatus(IDServiceName, st)
 }
 
+// ready is readiness as the server reports it (health, /readyz, idgen_ready):
+// Issuer.Ready, but never ready while Issuer.Conflict is set, whatever Ready
+// says. cluster.Node's Ready already reports the conflict itself.
+func ready(i Issuer) (bool, string) {
+	ok, reason := i.Ready()
+	if ok {
+		if err := i.Conflict(); err != nil {
+			return false, err.Error()
+		}
+	}
+	return ok, reason
+}
+
 // mint is the producer's source of batches.
 func (s *Server) mint(ctx context.Context, n int) ([]int64, error) {
-	ids, _, err := s.backend.NextBatch(ctx, n)
+	ids, _, err := s.nextBatch(ctx, n)
 	return ids, err
+}
+
+// nextBatch is the one way the server mints: a node that met an older
+// cluster (Issuer.Conflict) mints nothing, whatever its NextBatch would do.
+func (s *Server) nextBatch(ctx context.Context, n int) ([]int64, int, error) {
+	if err := s.issuer.Conflict(); err != nil {
+		return nil, -1, err
+	}
+	return s.issuer.NextBatch(ctx, n)
 }
 
 // onMintError logs producer failures, at most once a second: a node that is
@@ -338,7 +361,7 @@ func (s *Server) layoutForSlot() (generator.Layout, error) {
 	if l := s.layout.Load(); l != nil {
 		return *l, nil
 	}
-	l := s.backend.Status().Layout
+	l := s.issuer.Status().Layout
 	if err := l.Validate(); err != nil {
 		return l, err
 	}

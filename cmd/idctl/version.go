@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
-	"github.com/idgen/idgen/rpc"
+	"github.com/idgen/idgen/rpc/buildinfo"
 	"github.com/idgen/idgen/rpc/idclient"
 )
 
@@ -25,7 +25,7 @@ func runVersion(ctx context.Context, g globals, args []string, e env) error {
 	if err := noArgs(args); err != nil {
 		return err
 	}
-	self := rpc.ReadBuildInfo()
+	self := buildinfo.Read()
 	addrs, err := idclient.TargetAddrs(ctx, g.target)
 	if err != nil {
 		return usagef("%v", err)

@@ -25,6 +25,7 @@ import (
 	"github.com/idgen/idgen/cluster"
 	"github.com/idgen/idgen/generator"
 	"github.com/idgen/idgen/rpc"
+	"github.com/idgen/idgen/rpc/buildinfo"
 )
 
 // Exit codes.
@@ -53,7 +54,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return exitUsage
 	}
 	if cfg.ShowVersion {
-		fmt.Fprintf(stdout, "idgend %s\n", rpc.ReadBuildInfo())
+		fmt.Fprintf(stdout, "idgend %s\n", buildinfo.Read())
 		return exitOK
 	}
 	log := newLogger(cfg, stderr)
@@ -167,7 +168,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Forwarder:            forwarder,
 		Prober:               prober,
 		Logger:               log,
-		Version:              rpc.ReadBuildInfo().Version,
+		Version:              buildinfo.Read().Version,
 	})
 	if err != nil {
 		return fmt.Errorf("open node: %w", err)
@@ -240,7 +241,7 @@ func check(cfg Config, log *slog.Logger, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "idgend: %v\n", err)
 		return exitFailure
 	}
-	fmt.Fprintf(stdout, "idgend %s\n", rpc.ReadBuildInfo())
+	fmt.Fprintf(stdout, "idgend %s\n", buildinfo.Read())
 	for _, s := range cfg.settings {
 		fmt.Fprintln(stdout, s)
 	}

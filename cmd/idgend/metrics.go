@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/idgen/idgen/rpc"
+	"github.com/idgen/idgen/rpc/buildinfo"
 )
 
 // libraryMetricsExpiry: a Raft or gossip series not updated for this long
@@ -25,7 +25,7 @@ const libraryMetricsExpiry = 2 * time.Minute
 // they compare idgen_granted_lead_seconds with.
 func newRegistry(maxSkew, maxAhead time.Duration) (*prometheus.Registry, error) {
 	reg := prometheus.NewRegistry()
-	bi := rpc.ReadBuildInfo()
+	bi := buildinfo.Read()
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "idgen_build_info",
 		Help:        "Always 1; the labels name the build this node runs.",

@@ -141,6 +141,9 @@ func (f *Node) Ready() (bool, string) {
 	return f.ready, f.reason
 }
 
+// Conflict reports none: the node never meets another cluster.
+func (f *Node) Conflict() error { return nil }
+
 // Members reports the View's members.
 func (f *Node) Members() ([]cluster.MemberInfo, string) {
 	if f.view == nil {
