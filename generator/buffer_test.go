@@ -11,20 +11,6 @@ import (
 	"github.com/idgen/idgen/scripts/harness"
 )
 
-// waitFor polls cond until it holds or the deadline (10 s times
-// IDGEN_TEST_SLOWDOWN, harness.Scale) passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	limit := harness.Scale(10 * time.Second)
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v%s waiting for %s", limit, harness.SlowdownNote(), what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func TestNewBufferDepth(t *testing.T) {
 	if _, err := NewBuffer(0); !errors.Is(err, ErrInvalidDepth) {
 		t.Errorf("NewBuffer(0): %v", err)
@@ -101,9 +87,9 @@ func TestProducerKeepsBufferFullWithWholeBatches(t *testing.T) {
 	done := make(chan struct{})
 	go func() { p.Run(ctx); close(done) }()
 
-	waitFor(t, "a full buffer", func() bool { return buf.Len() == 4 })
+	harness.WaitFor(t, 10*time.Second, "a full buffer", func() bool { return buf.Len() == 4 })
 	// Full: the producer is blocked, holding at most one batch more.
-	waitFor(t, "the producer to block", func() bool { return g.Issued() == 5*1160 })
+	harness.WaitFor(t, 10*time.Second, "the producer to block", func() bool { return g.Issued() == 5*1160 })
 	seen := make(map[int64]bool)
 	for range 10 {
 		batch, err := buf.Take(context.Background())
@@ -193,7 +179,7 @@ func TestProducerStopsWithContextWhileBlockedOrBackingOff(t *testing.T) {
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	done2 := make(chan struct{})
 	go func() { full.Run(ctx2); close(done2) }()
-	waitFor(t, "the producer to block on a full buffer", func() bool { return g.Issued() == 20 })
+	harness.WaitFor(t, 10*time.Second, "the producer to block on a full buffer", func() bool { return g.Issued() == 20 })
 	cancel2()
 	select {
 	case <-done2:

@@ -54,7 +54,7 @@ func conflictRefusesEverything(t *testing.T, b Backend, fake *fakeBackend) {
 	ts := startServer(t, b, ServerConfig{BatchSize: 10, BufferDepth: depth})
 	// The buffer full and one more batch held by the producer: nothing mints
 	// until a batch is taken.
-	waitFor(t, "buffer full", func() bool { return ts.srv.buf.Len() == depth && fake.mintCount() == depth+1 })
+	harness.WaitFor(t, 5*time.Second, "buffer full", func() bool { return ts.srv.buf.Len() == depth && fake.mintCount() == depth+1 })
 
 	fake.set(func(f *fakeBackend) { f.conflict = conflictErr })
 	minted := fake.mintCount()
@@ -74,7 +74,7 @@ func conflictRefusesEverything(t *testing.T, b Backend, fake *fakeBackend) {
 		t.Fatalf("%d batches minted after the conflict, want none", got-minted)
 	}
 	// Health takes the node out of balancers though its Ready says yes.
-	waitFor(t, "health NOT_SERVING", func() bool {
+	harness.WaitFor(t, 5*time.Second, "health NOT_SERVING", func() bool {
 		r, err := healthpb.NewHealthClient(ts.conn).Check(ctxT(t), &healthpb.HealthCheckRequest{Service: IDServiceName})
 		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING
 	})

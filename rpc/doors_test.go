@@ -64,7 +64,7 @@ func TestGRPCPortClosesUnfinishedHandshakes(t *testing.T) {
 	if closed, open := harness.AwaitClosed(conns, time.Now().Add(limit)); closed != attackers {
 		t.Fatalf("%d of %d connections that never finished the handshake were closed within %v%s; %d still open", closed, attackers, limit, harness.SlowdownNote(), open)
 	}
-	waitFor(t, "the goroutine count to come back", func() bool { return runtime.NumGoroutine() <= base+20 })
+	harness.WaitFor(t, 5*time.Second, "the goroutine count to come back", func() bool { return runtime.NumGoroutine() <= base+20 })
 	t.Logf("goroutines: %d before, %d with %d silent connections, %d after", base, during, attackers, runtime.NumGoroutine())
 }
 
@@ -163,7 +163,7 @@ func TestGRPCClosesIdleConnections(t *testing.T) {
 	if _, err := h.Check(ctxT(t), &healthpb.HealthCheckRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the idle connection to be sent away", func() bool { return cc.GetState() == connectivity.Idle })
+	harness.WaitFor(t, 5*time.Second, "the idle connection to be sent away", func() bool { return cc.GetState() == connectivity.Idle })
 	if _, err := h.Check(ctxT(t), &healthpb.HealthCheckRequest{}); err != nil {
 		t.Fatalf("a call after the idle close: %v", err)
 	}
@@ -197,7 +197,7 @@ func TestGRPCCallsPerConnectionWait(t *testing.T) {
 	for range MaxConcurrentStreams - 1 {
 		go call(ctx)
 	}
-	waitFor(t, "the calls to reach the node", func() bool { return blocked() == MaxConcurrentStreams })
+	harness.WaitFor(t, 5*time.Second, "the calls to reach the node", func() bool { return blocked() == MaxConcurrentStreams })
 	wg.Add(1)
 	go call(ctx)
 	// The extra call has nowhere to go; give it time to show if it did.
@@ -206,6 +206,6 @@ func TestGRPCCallsPerConnectionWait(t *testing.T) {
 		t.Fatalf("%d calls reached the node on one connection, want at most %d", got, MaxConcurrentStreams)
 	}
 	cancelFirst()
-	waitFor(t, "the waiting call to take the freed stream", func() bool { return blocked() == MaxConcurrentStreams+1 })
+	harness.WaitFor(t, 5*time.Second, "the waiting call to take the freed stream", func() bool { return blocked() == MaxConcurrentStreams+1 })
 	cancel()
 }

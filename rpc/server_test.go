@@ -78,20 +78,6 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-// waitFor polls cond until it holds or the deadline (5 s times
-// IDGEN_TEST_SLOWDOWN, harness.Scale) passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	limit := harness.Scale(5 * time.Second)
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v%s waiting for %s", limit, harness.SlowdownNote(), what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func wantCode(t *testing.T, err error, code codes.Code, msgPart string) {
 	t.Helper()
 	if got := status.Code(err); got != code {
@@ -151,7 +137,7 @@ func TestGetIDBatchDefaultComesFromBuffer(t *testing.T) {
 	b := newFakeBackend(5)
 	ts := startServer(t, b, ServerConfig{BatchSize: 100, BufferDepth: 3})
 	// The producer fills the buffer before anyone asks.
-	waitFor(t, "buffer full", func() bool { return ts.srv.buf.Len() == 3 })
+	harness.WaitFor(t, 5*time.Second, "buffer full", func() bool { return ts.srv.buf.Len() == 3 })
 
 	resp, err := idgenv1.NewIDServiceClient(ts.conn).GetIDBatch(ctxT(t), &idgenv1.GetIDBatchRequest{})
 	if err != nil {
@@ -203,7 +189,7 @@ func TestGetIDBatchNotReady(t *testing.T) {
 func TestBufferedIDsServedAfterLosingReadinessThenUnavailable(t *testing.T) {
 	b := newFakeBackend(1)
 	ts := startServer(t, b, ServerConfig{BatchSize: 10, BufferDepth: 2})
-	waitFor(t, "buffer full", func() bool { return ts.srv.buf.Len() == 2 })
+	harness.WaitFor(t, 5*time.Second, "buffer full", func() bool { return ts.srv.buf.Len() == 2 })
 	b.setReady(false, "clock skew")
 	c := idgenv1.NewIDServiceClient(ts.conn)
 	// The buffer's batches (plus at most one the producer held when readiness
@@ -250,14 +236,14 @@ func TestHealthFollowsReadiness(t *testing.T) {
 		}
 		return resp.GetStatus()
 	}
-	waitFor(t, "ready SERVING", func() bool { return check(IDServiceName) == healthpb.HealthCheckResponse_SERVING })
+	harness.WaitFor(t, 5*time.Second, "ready SERVING", func() bool { return check(IDServiceName) == healthpb.HealthCheckResponse_SERVING })
 	b.setReady(false, "no leader")
-	waitFor(t, "NOT_SERVING", func() bool { return check(IDServiceName) == healthpb.HealthCheckResponse_NOT_SERVING })
+	harness.WaitFor(t, 5*time.Second, "NOT_SERVING", func() bool { return check(IDServiceName) == healthpb.HealthCheckResponse_NOT_SERVING })
 	if got := check(""); got != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf(`"" = %v while alive`, got)
 	}
 	b.setReady(true, "")
-	waitFor(t, "SERVING again", func() bool { return check(IDServiceName) == healthpb.HealthCheckResponse_SERVING })
+	harness.WaitFor(t, 5*time.Second, "SERVING again", func() bool { return check(IDServiceName) == healthpb.HealthCheckResponse_SERVING })
 
 	ts.srv.Shutdown(time.Second)
 	for _, svc := range []string{"", IDServiceName} {
@@ -279,7 +265,7 @@ func TestShutdownBoundedWithStuckCall(t *testing.T) {
 		_, err := idgenv1.NewIDServiceClient(ts.conn).GetIDBatch(ctx, &idgenv1.GetIDBatchRequest{Count: 3})
 		callErr <- err
 	}()
-	waitFor(t, "call in flight", func() bool { return b.blockedCalls(3) == 1 })
+	harness.WaitFor(t, 5*time.Second, "call in flight", func() bool { return b.blockedCalls(3) == 1 })
 	start := time.Now()
 	ts.srv.Shutdown(200 * time.Millisecond)
 	if d := time.Since(start); d > 3*time.Second {

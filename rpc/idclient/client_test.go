@@ -3,6 +3,7 @@ package idclient
 import (
 	"context"
 	"errors"
+	"github.com/idgen/idgen/scripts/harness"
 	"strings"
 	"testing"
 	"time"
@@ -48,7 +49,7 @@ func TestRoundRobinReachesAllNodes(t *testing.T) {
 	_, target := threeNodes(t)
 	c := dial(t, target)
 	seen := map[int]bool{}
-	waitFor(t, "IDs from all three slots", func() bool {
+	harness.WaitFor(t, 10*time.Second, "IDs from all three slots", func() bool {
 		ids, err := c.GetIDBatch(context.Background(), 5)
 		if err != nil {
 			t.Fatalf("GetIDBatch: %v", err)
@@ -86,7 +87,7 @@ func TestCallsSucceedWhenANodeStops(t *testing.T) {
 	nodes, target := threeNodes(t)
 	c := dial(t, target)
 	seen := map[int]bool{}
-	waitFor(t, "all three nodes in use", func() bool {
+	harness.WaitFor(t, 10*time.Second, "all three nodes in use", func() bool {
 		ids, err := c.GetIDBatch(context.Background(), 3)
 		if err != nil {
 			t.Fatal(err)
@@ -124,7 +125,7 @@ func TestCallsSucceedWhenANodeIsNotReady(t *testing.T) {
 // waitAllServing waits until round robin reaches all three nodes.
 func waitAllServing(t *testing.T, c *Client) {
 	t.Helper()
-	waitFor(t, "all three nodes SERVING", func() bool {
+	harness.WaitFor(t, 10*time.Second, "all three nodes SERVING", func() bool {
 		seen := map[int]bool{}
 		for i := 0; i < 6; i++ {
 			ids, err := c.GetIDBatch(context.Background(), 2)
@@ -214,7 +215,7 @@ func TestPoolConcurrentUniqueAndPrefetched(t *testing.T) {
 	nodes, target := threeNodes(t)
 	p := newPool(t, target, PoolOptions{BatchSize: 100, Lookahead: 3})
 	// Prefetch happens before anyone asks.
-	waitFor(t, "lookahead filled", func() bool { return readyBatches(p) == 3 })
+	harness.WaitFor(t, 10*time.Second, "lookahead filled", func() bool { return readyBatches(p) == 3 })
 
 	const workers, each = 8, 500
 	seen := &idSet{}
@@ -247,7 +248,7 @@ func TestPoolConcurrentUniqueAndPrefetched(t *testing.T) {
 func TestPoolCloseKeepsFetchedIDs(t *testing.T) {
 	_, target := threeNodes(t)
 	p := newPool(t, target, PoolOptions{BatchSize: 20, Lookahead: 2})
-	waitFor(t, "lookahead filled", func() bool { return readyBatches(p) == 2 })
+	harness.WaitFor(t, 10*time.Second, "lookahead filled", func() bool { return readyBatches(p) == 2 })
 	if _, err := p.NextID(context.Background()); err != nil { // 19 left in the first batch, 2 batches ready
 		t.Fatal(err)
 	}
@@ -283,7 +284,7 @@ func TestPoolSurfacesFetchError(t *testing.T) {
 	n := startNodeReady(t, 1, rpc.ServerConfig{BatchSize: 10}, false, "cluster full: all slots are owned")
 	// Long enough for all retries to run, so the fetch ends with the node's answer.
 	p := newPool(t, n.addr, PoolOptions{}, WithCallTimeout(2*time.Second))
-	waitFor(t, "a fetch to fail", func() bool { return p.fetchErr() != nil })
+	harness.WaitFor(t, 10*time.Second, "a fetch to fail", func() bool { return p.fetchErr() != nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	_, err := p.NextID(ctx)

@@ -3,11 +3,9 @@ package idclient
 import (
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/idgen/idgen/rpc"
 	"github.com/idgen/idgen/rpc/rpctest"
-	"github.com/idgen/idgen/scripts/harness"
 )
 
 type node struct {
@@ -32,18 +30,4 @@ func startNodeReady(t testing.TB, slot int, cfg rpc.ServerConfig, ready bool, re
 	cfg.NodeName = fmt.Sprintf("node-%d", slot)
 	srv, addr := rpctest.Serve(t, cfg)
 	return &node{fake: f, srv: srv, addr: addr}
-}
-
-// waitFor polls cond until it holds or the deadline (10 s times
-// IDGEN_TEST_SLOWDOWN, harness.Scale) passes.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	limit := harness.Scale(10 * time.Second)
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v%s waiting for %s", limit, harness.SlowdownNote(), what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

@@ -2,6 +2,7 @@ package idclient
 
 import (
 	"context"
+	"github.com/idgen/idgen/scripts/harness"
 	"net"
 	"sync"
 	"testing"
@@ -65,7 +66,7 @@ func startSeed(t *testing.T) *seedNode {
 // in avoid has served any of the last rounds.
 func servedBy(t *testing.T, c *Client, what string, want []string, avoid ...string) {
 	t.Helper()
-	waitFor(t, what, func() bool {
+	harness.WaitFor(t, 10*time.Second, what, func() bool {
 		seen := map[string]bool{}
 		for range 12 {
 			b, err := c.FetchBatch(context.Background(), 2)

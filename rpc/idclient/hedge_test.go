@@ -3,6 +3,7 @@ package idclient
 import (
 	"context"
 	"errors"
+	"github.com/idgen/idgen/scripts/harness"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -57,7 +58,7 @@ func TestHedgedCallSkipsSilentNode(t *testing.T) {
 	b := startNode(t, 1, rpc.ServerConfig{BatchSize: 10})
 	target := strings.Join([]string{silent.addr, a.addr, b.addr}, ",")
 	c := dial(t, target, WithCallTimeout(5*time.Second), WithHedge(30*time.Millisecond, 3))
-	waitFor(t, "the silent node picked", func() bool {
+	harness.WaitFor(t, 10*time.Second, "the silent node picked", func() bool {
 		if _, err := c.GetIDBatch(context.Background(), 3); err != nil {
 			t.Fatalf("GetIDBatch: %v", err)
 		}

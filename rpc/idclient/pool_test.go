@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idgen/idgen/scripts/harness"
 	"strings"
 	"sync"
 	"testing"
@@ -110,7 +111,7 @@ func TestPoolWaitersShareOneBatch(t *testing.T) {
 	// deadline is far off: a caller that returns at it has waited with IDs
 	// in the pool.
 	errs := startWaiters(p, 2, 20*time.Second)
-	waitFor(t, "a failed fetch", func() bool { return p.fetchErr() != nil })
+	harness.WaitFor(t, 10*time.Second, "a failed fetch", func() bool { return p.fetchErr() != nil })
 	n.fake.SetReady(true, "")
 	for i := range 2 {
 		select {
@@ -143,7 +144,7 @@ func TestPoolManyWaitersOneFetch(t *testing.T) {
 	p := newPool(t, n.addr, PoolOptions{BatchSize: 10, Lookahead: 1}, WithCallTimeout(200*time.Millisecond))
 	const waiters = 10
 	errs := startWaiters(p, waiters, 5*time.Second)
-	waitFor(t, "a failed fetch", func() bool { return p.fetchErr() != nil })
+	harness.WaitFor(t, 10*time.Second, "a failed fetch", func() bool { return p.fetchErr() != nil })
 	n.fake.SetReady(true, "")
 	for i := range waiters {
 		if err := <-errs; err != nil {
@@ -162,7 +163,7 @@ func TestPoolTakesReadyIDsWithEndedContext(t *testing.T) {
 	n := startNode(t, 3, rpc.ServerConfig{BatchSize: 50})
 	const ready = 40
 	p := newPool(t, n.addr, PoolOptions{BatchSize: 1, Lookahead: ready})
-	waitFor(t, "lookahead filled", func() bool { return readyBatches(p) == ready })
+	harness.WaitFor(t, 10*time.Second, "lookahead filled", func() bool { return readyBatches(p) == ready })
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	for i := range ready {
@@ -181,7 +182,7 @@ func TestPoolCloseUnderLoad(t *testing.T) {
 	seen := &idSet{}
 	ended := make(chan []error, 1)
 	go func() { ended <- draw(p, workers, 0, seen) }()
-	waitFor(t, "IDs drawn", func() bool { return seen.len() > 500 })
+	harness.WaitFor(t, 10*time.Second, "IDs drawn", func() bool { return seen.len() > 500 })
 	closed := make(chan struct{})
 	go func() { p.Close(); close(closed) }()
 	select {

@@ -431,12 +431,19 @@ func StartCluster(t testing.TB, bin Binaries, ports *Ports, count int, extra ...
 	return nodes
 }
 
-// WaitFor polls cond until it holds or Scale(d) passes, then fails t.
+// WaitFor is the tests' one way to wait: it polls cond until it holds or
+// Scale(d) passes, then fails t naming what it waited for. It polls every
+// millisecond at first and backs off to every 50 ms, so a quick condition
+// costs a quick test and a slow one does not spin.
 func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	d = Scale(d)
-	if !Poll(d, 50*time.Millisecond, cond) {
-		t.Fatalf("timed out after %s waiting for %s%s", d, what, SlowdownNote())
+	deadline := time.Now().Add(d)
+	for every := time.Millisecond; !cond(); every = min(2*every, 50*time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s%s", d, what, SlowdownNote())
+		}
+		time.Sleep(every)
 	}
 }
 
