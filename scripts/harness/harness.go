@@ -431,20 +431,29 @@ func StartCluster(t testing.TB, bin Binaries, ports *Ports, count int, extra ...
 	return nodes
 }
 
-// WaitFor is the tests' one way to wait: it polls cond until it holds or
-// Scale(d) passes, then fails t naming what it waited for. It polls every
-// millisecond at first and backs off to every 50 ms, so a quick condition
-// costs a quick test and a slow one does not spin.
+// WaitFor is the tests' one way to wait: Eventually, and on a timeout t
+// fails naming what it waited for.
 func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	d = Scale(d)
-	deadline := time.Now().Add(d)
+	if !Eventually(d, cond) {
+		t.Fatalf("timed out after %s waiting for %s%s", Scale(d), what, SlowdownNote())
+	}
+}
+
+// Eventually polls cond until it holds (true) or Scale(d) passes (false),
+// for waits whose timeout is a finding to report rather than a failure
+// (the chaos runs' recoveries). It polls every millisecond at first and
+// backs off to every 50 ms, so a quick condition costs a quick test and a
+// slow one does not spin.
+func Eventually(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(Scale(d))
 	for every := time.Millisecond; !cond(); every = min(2*every, 50*time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s%s", d, what, SlowdownNote())
+			return false
 		}
 		time.Sleep(every)
 	}
+	return true
 }
 
 // Poll calls cond every interval until it holds (true) or d passes (false).
