@@ -87,16 +87,31 @@ func (n *Node) runAgent() {
 // claim asks the leader for a slot and starts a generator above its floor.
 // The answer only names the claim (its tenure) to wait for: the generator's
 // floor and first grant are read from this node's own replica once it has
-// applied that claim (a node mints only from its own log, DESIGN.md).
+// applied that claim (a node mints only from its own log, DESIGN.md), and
+// so is the layout: the one the replica's Init records. The claim carries
+// the layout this node was configured with (else its replica's, once
+// known), and the log refuses it if the cluster's differs.
 func (n *Node) claim() (*generator.Generator, error) {
-	l := n.cfg.Layout
+	want, known := n.stateLayout()
+	if l := n.cfg.Layout; l != (generator.Layout{}) {
+		if known && want != l {
+			err := layoutMismatch(want, l, "its cluster is one")
+			n.setReason(err.Error())
+			return nil, err
+		}
+		want, known = l, true
+	}
+	var claimed *generator.Layout
+	if known {
+		claimed = &want
+	}
 	info := NodeInfo{
 		ID: n.id, Name: n.cfg.Name, RaftAddr: n.cfg.RaftAdvertise, GossipAddr: n.cfg.GossipAdvertise,
 		GRPCAddr: n.cfg.GRPCAddr, HTTPAddr: n.cfg.HTTPAddr, Datacenter: n.cfg.Datacenter,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
 	defer cancel()
-	r, err := n.propose(ctx, command{Type: cmdClaim, Node: &info, Layout: &l})
+	r, err := n.propose(ctx, command{Type: cmdClaim, Node: &info, Layout: claimed})
 	if err != nil {
 		n.setReason(n.claimFailure(err))
 		n.logger.Debug("claim", "err", err)
@@ -108,7 +123,15 @@ func (n *Node) claim() (*generator.Generator, error) {
 		n.logger.Warn("claim answered but not found in the local log", "tenure", r.Tenure, "err", err)
 		return nil, err
 	}
-	g, err := generator.New(n.cfg.Layout, t.Slot, t.Floor, n.clock)
+	// The replica applied the claim, so it has the Init before it.
+	layout, ok := n.stateLayout()
+	if !ok || (claimed != nil && layout != *claimed) {
+		err := fmt.Errorf("%w: the local log records layout %s for a claim of layout %s", ErrLayoutMismatch, layout, want)
+		n.setReason("cannot start generator: " + err.Error())
+		n.logger.Error("start generator", "slot", t.Slot, "err", err)
+		return nil, err
+	}
+	g, err := generator.New(layout, t.Slot, t.Floor, n.clock)
 	if err != nil {
 		n.setReason("cannot start generator: " + err.Error())
 		n.logger.Error("start generator", "slot", t.Slot, "floor", t.Floor, "err", err)
@@ -216,7 +239,7 @@ func (n *Node) follow(g *generator.Generator, answerErr error) bool {
 	d := agentStep(agentIn{
 		Tenure: tenure, Running: true, Slot: g.Slot(), Granted: g.Granted(), Head: g.Head(),
 		Own: t, Applied: applied, Held: ok, SlotOwner: owner, SlotTenure: current,
-		AnswerErr: answerErr, Lead: unitsCeil(n.cfg.Lead, n.cfg.Layout.Unit),
+		AnswerErr: answerErr, Lead: unitsCeil(n.cfg.Lead, g.Layout().Unit),
 	})
 	if d.Revoke != nil {
 		n.revoke(g, d.Revoke)
@@ -242,7 +265,7 @@ func (n *Node) revoke(g *generator.Generator, cause error) {
 // needsRoom: less than half the lead left between the issuing point and the
 // end of the granted window.
 func (n *Node) needsRoom(g *generator.Generator) bool {
-	return roomLow(g.Granted(), g.Head(), unitsCeil(n.cfg.Lead, n.cfg.Layout.Unit))
+	return roomLow(g.Granted(), g.Head(), unitsCeil(n.cfg.Lead, g.Layout().Unit))
 }
 
 // reserve asks for the window up to the issuing point plus the lead. The
@@ -250,14 +273,18 @@ func (n *Node) needsRoom(g *generator.Generator) bool {
 // once it has applied the grant (followLog). An unknown outcome counts as not
 // granted.
 func (n *Node) reserve(g *generator.Generator) {
-	upTo := reserveUpTo(g.Head(), unitsCeil(n.cfg.Lead, n.cfg.Layout.Unit))
+	upTo := reserveUpTo(g.Head(), unitsCeil(n.cfg.Lead, g.Layout().Unit))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	sent := n.clock.Now()
 	r, err := n.propose(ctx, command{Type: cmdReserve, NodeID: n.id, Slot: g.Slot(), Tenure: n.tenure.Load(), UpTo: upTo})
+	answerErr, grant := reserveAnswered(upTo, r, err)
+	if grant > g.Granted() {
+		g.Grant(grant) // never: an answer grants nothing by itself (reserveAnswered)
+	}
 	switch {
 	case err == nil:
-		n.follow(g, nil)
+		n.follow(g, answerErr)
 		switch {
 		case r.ClusterTime != 0:
 			n.skew.Store(int64(sent.Sub(time.Unix(0, r.ClusterTime))))
@@ -268,7 +295,7 @@ func (n *Node) reserve(g *generator.Generator) {
 			n.setReason("")
 		}
 	case errors.Is(err, ErrNotOwner):
-		n.follow(g, err)
+		n.follow(g, answerErr)
 	case errors.Is(err, ErrClockSkew):
 		n.setReason(err.Error())
 	default:

@@ -59,7 +59,7 @@ type MemberInfo struct {
 	HTTPAddr    string
 	Slot        int    // -1 when the node holds no slot
 	RaftRole    string // leader, voter, nonvoter, none
-	GossipState string // alive, suspect, dead, left, unknown
+	GossipState string // MemberState's word: alive, dead, left, unknown
 	GrantedLead time.Duration
 	ClockSkew   time.Duration
 }

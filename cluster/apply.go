@@ -13,39 +13,34 @@ import (
 const applyTimeout = 5 * time.Second
 
 // propose sends a command to the leader: applied here when this node leads,
-// forwarded otherwise. Any error means the outcome is unknown or refused;
-// callers treat both as "not granted".
+// forwarded otherwise (proposeRoute and acceptAnswer decide, decide.go). Any
+// error means the outcome is unknown or refused; callers treat both as "not
+// granted".
 func (n *Node) propose(ctx context.Context, c command) (result, error) {
 	c.SentAt = n.clock.Now().UnixNano()
-	if err := n.Conflict(); err != nil {
-		return result{}, err
+	in := proposeIn{Conflict: n.Conflict(), CanForward: n.cfg.Forwarder != nil}
+	if in.Conflict == nil {
+		in.Own = n.ownCluster()
+		in.Leader = n.rs.raft.State() == raft.Leader
+		if !in.Leader && in.Own != "" {
+			_, id := n.rs.raft.LeaderWithID()
+			if in.LeaderID = string(id); in.LeaderID != "" {
+				in.LeaderAddr = n.grpcAddrOf(in.LeaderID)
+			}
+		}
 	}
-	own := n.ownCluster()
-	c.ClusterID = own
-	if n.rs.raft.State() == raft.Leader {
+	c.ClusterID = in.Own
+	switch rt, err := proposeRoute(in); rt {
+	case routeLocal:
 		return n.handle(ctx, c)
-	}
-	if own == "" {
-		// Nothing this node could do with an answer before its own log
-		// holds the cluster's first entry.
-		return result{}, fmt.Errorf("%w: this node has not applied its cluster's first log entry yet", ErrNoLeader)
-	}
-	_, leaderID := n.rs.raft.LeaderWithID()
-	if leaderID == "" {
-		return result{}, ErrNoLeader
-	}
-	addr := n.grpcAddrOf(string(leaderID))
-	if addr == "" {
-		return result{}, fmt.Errorf("%w: leader %s has no known gRPC address yet", ErrNoLeader, leaderID)
-	}
-	if n.cfg.Forwarder == nil {
-		return result{}, fmt.Errorf("%w: no forwarder configured", ErrNotLeader)
+	case routeRefuse:
+		return result{}, err
 	}
 	data, err := encodeCommand(c)
 	if err != nil {
 		return result{}, err
 	}
-	out, err := n.cfg.Forwarder.Forward(ctx, addr, data)
+	out, err := n.cfg.Forwarder.Forward(ctx, in.LeaderAddr, data)
 	if err != nil {
 		return result{}, err
 	}
@@ -53,9 +48,8 @@ func (n *Node) propose(ctx context.Context, c command) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	if r.ClusterID != own {
-		return result{}, fmt.Errorf("%w: the leader at %s answered for cluster %q, this node belongs to %q; answer ignored",
-			ErrWrongCluster, addr, r.ClusterID, own)
+	if err := acceptAnswer(in.Own, in.LeaderAddr, r); err != nil {
+		return result{}, err
 	}
 	return r, nil
 }
@@ -71,27 +65,22 @@ func (n *Node) grpcAddrOf(id string) string {
 }
 
 // ApplyForwarded runs a command a follower forwarded to this node, which must
-// be the leader. It is the server side of Forwarder.
+// be the leader. It is the server side of Forwarder; forwardCheck (decide.go)
+// makes the identity checks.
 func (n *Node) ApplyForwarded(ctx context.Context, data []byte) ([]byte, error) {
-	if n.rs.raft.State() != raft.Leader {
-		return nil, ErrNotLeader
+	in := forwardIn{Leader: n.rs.raft.State() == raft.Leader}
+	var (
+		c      command
+		decErr error
+	)
+	if in.Leader {
+		if in.Conflict = n.Conflict(); in.Conflict == nil {
+			c, decErr = decodeCommand(data)
+			in.Own = n.ownCluster()
+		}
 	}
-	if err := n.Conflict(); err != nil {
+	if err := forwardCheck(in, c, decErr); err != nil {
 		return nil, err
-	}
-	c, err := decodeCommand(data)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadCommand, err)
-	}
-	if err := c.validate(); err != nil {
-		return nil, err
-	}
-	if own := n.ownCluster(); c.ClusterID != own {
-		return nil, fmt.Errorf("%w: this leader belongs to cluster %q, the %s from node %s names cluster %q. "+
-			"The sender is a member of another cluster now reaching this address (was this node's data dir wiped "+
-			"while the sender's cluster still lists its old identity here?); nothing was applied. Remove the stale "+
-			"member from the sender's cluster (idctl remove) or give this node its own addresses",
-			ErrWrongCluster, own, c.Type, c.nodeID(), c.ClusterID)
 	}
 	r, err := n.handle(ctx, c)
 	if err != nil {
@@ -100,31 +89,24 @@ func (n *Node) ApplyForwarded(ctx context.Context, data []byte) ([]byte, error) 
 	return encodeResult(r)
 }
 
-// handle runs a command on the leader. A new leader answers only after its
-// post-election Barrier: before that its state may lack entries an earlier
-// leader committed, and a "not owner" from it would revoke a valid generator.
+// handle runs a command on the leader, past handleCheck (decide.go): a new
+// leader answers only after its post-election Barrier, and the checks Apply
+// makes against the layout come before anything is proposed (after the
+// Barrier, so "not initialized" means it).
 func (n *Node) handle(ctx context.Context, c command) (result, error) {
-	if err := c.validate(); err != nil {
+	var (
+		h   handling
+		err error
+	)
+	ready := n.leaderReady.Load()
+	if n.fsm.view(func(s *state) { h, err = handleCheck(s, c, ready) }); err != nil {
 		return result{}, err
 	}
-	if !n.leaderReady.Load() {
-		return result{}, ErrLeaderNotReady
-	}
-	// The checks Apply makes against the layout, before anything is proposed
-	// (after the Barrier, so "not initialized" means it).
-	var err error
-	if n.fsm.view(func(s *state) { err = s.admit(c) }); err != nil {
-		return result{}, err
-	}
-	switch c.Type {
-	case cmdClaim, cmdReserve, cmdRelease:
-		return n.leaderApply(ctx, c)
-	case cmdRemove:
+	if h == handleRemove {
 		slot, err := n.leaderRemove(ctx, c.NodeID)
 		return result{Slot: slot, ClusterID: n.ownCluster()}, err
-	default:
-		return result{}, fmt.Errorf("command %s cannot be forwarded", c.Type)
 	}
+	return n.leaderApply(ctx, c)
 }
 
 // leaderApply is the leader-side guard in front of the log (DESIGN.md
@@ -137,7 +119,7 @@ func (n *Node) handle(ctx context.Context, c command) (result, error) {
 func (n *Node) leaderApply(ctx context.Context, c command) (result, error) {
 	now := n.clock.Now()
 	in := leaderIn{Now: now, Member: c.Type != cmdClaim || n.inRaftConfig(c.Node.ID), MaxAhead: n.cfg.MaxAhead, MaxSkew: n.cfg.MaxSkew}
-	if in.Member && (c.Type == cmdClaim || c.Type == cmdReserve) {
+	if reportsClock(c, in.Member) {
 		n.clocks.observe(c.nodeID(), clockSample{reported: time.Unix(0, c.SentAt), leader: now, at: time.Now()})
 	}
 	in.ClusterNow, in.Known = n.clusterNow(now)
@@ -157,8 +139,7 @@ func (n *Node) leaderApply(ctx context.Context, c command) (result, error) {
 		return d.Answer, nil
 	}
 	r, _, err := n.raftApply(ctx, d.Cmd)
-	r.LeaderTime, r.ClusterTime, r.ClusterID = d.Answer.LeaderTime, d.Answer.ClusterTime, d.Answer.ClusterID
-	return r, err
+	return leaderAnswer(d, r), err
 }
 
 // raftApply proposes c and waits for it to be applied on this (leader) node.
@@ -183,15 +164,8 @@ func (n *Node) raftApply(ctx context.Context, c command) (result, uint64, error)
 	if err := f.Error(); err != nil {
 		return result{}, 0, fmt.Errorf("raft apply %s: %w", c.Type, err)
 	}
-	switch resp := f.Response().(type) {
-	case error:
-		return result{}, f.Index(), resp
-	case result:
-		resp.Index = f.Index()
-		return resp, f.Index(), nil
-	default:
-		return result{}, f.Index(), fmt.Errorf("raft apply %s: unexpected response %T", c.Type, resp)
-	}
+	r, err := appliedResult(c.Type, f.Index(), f.Response())
+	return r, f.Index(), err
 }
 
 // unitsCeil converts a duration into whole layout units, rounding up.
@@ -287,7 +261,7 @@ func (n *Node) quorumSurvives(cfg raft.Configuration, id string) bool {
 			continue
 		}
 		voters++
-		if string(s.ID) == n.id || members[string(s.ID)].State == "alive" {
+		if string(s.ID) == n.id || members[string(s.ID)].State == MemberAlive {
 			live++
 		}
 	}

@@ -40,7 +40,7 @@ func (n *Node) bootstrap() {
 		grpcOf := map[string]string{}
 		existing := false
 		for id, m := range n.gossip.snapshot() {
-			if m.State != "alive" || !m.Parsed {
+			if m.State != MemberAlive || !m.Parsed {
 				continue
 			}
 			if m.Meta.Member && id != n.id {

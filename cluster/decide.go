@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idgen/idgen/generator"
 )
 
 // The decisions that matter for uniqueness, as pure functions of explicit
@@ -101,6 +103,20 @@ func agentStep(in agentIn) agentOut {
 	return out
 }
 
+// reserveAnswered is what the agent takes from the answer (r, err) to its
+// reserve up to upTo: the error agentStep is to hear (only "not owner",
+// which stops the generator), and the grant the answer itself is worth,
+// which is none. A success is a hint (the window comes from the replica once
+// it has applied the grant, DESIGN.md "A node mints only from its own log"),
+// and any other error is an unknown outcome: the reserve may have been
+// applied, but counted as not granted it costs nothing but room.
+func reserveAnswered(upTo int64, r result, err error) (answerErr error, grant int64) {
+	if errors.Is(err, ErrNotOwner) {
+		return err, 0
+	}
+	return nil, 0
+}
+
 // roomLow: less than half the lead is left between the issuing point and the
 // end of the granted window.
 func roomLow(granted, head, lead int64) bool { return granted-head < (lead+1)/2 }
@@ -184,4 +200,190 @@ func leaderCheck(s *state, c command, in leaderIn) leaderOut {
 		}
 	}
 	return leaderOut{Propose: true, Cmd: c, Answer: answer}
+}
+
+// The shell's decisions (apply.go): how a command travels from a node to its
+// leader and how the answer travels back. propose, ApplyForwarded, handle and
+// leaderApply gather the inputs (Raft's view, the replica, gossip) and carry
+// these out; the simulator calls the same functions.
+
+// route is where propose sends a command.
+type route int
+
+const (
+	routeRefuse  route = iota // not at all: the error says why
+	routeLocal                // this node leads: handle it here
+	routeForward              // forward it to the leader's gRPC address
+)
+
+// proposeIn is what propose reads to route a command.
+type proposeIn struct {
+	// Conflict: this node met an older cluster (Node.Conflict).
+	Conflict error
+	// Own is this node's cluster ("" until its replica has applied Init).
+	Own string
+	// Leader: Raft says this node leads.
+	Leader bool
+	// LeaderID is the leader Raft knows of ("" for none), LeaderAddr its
+	// gRPC address ("" if not known).
+	LeaderID, LeaderAddr string
+	// CanForward: a Forwarder is configured.
+	CanForward bool
+}
+
+// proposeRoute decides where a command goes: refused when the node is in
+// conflict, handled here when it leads, else forwarded to the leader it
+// knows, if it knows one, has its address, and its own replica names the
+// cluster (nothing it could do with an answer before that).
+func proposeRoute(in proposeIn) (route, error) {
+	switch {
+	case in.Conflict != nil:
+		return routeRefuse, in.Conflict
+	case in.Leader:
+		return routeLocal, nil
+	case in.Own == "":
+		return routeRefuse, fmt.Errorf("%w: this node has not applied its cluster's first log entry yet", ErrNoLeader)
+	case in.LeaderID == "":
+		return routeRefuse, ErrNoLeader
+	case in.LeaderAddr == "":
+		return routeRefuse, fmt.Errorf("%w: leader %s has no known gRPC address yet", ErrNoLeader, in.LeaderID)
+	case !in.CanForward:
+		return routeRefuse, fmt.Errorf("%w: no forwarder configured", ErrNotLeader)
+	}
+	return routeForward, nil
+}
+
+// acceptAnswer is the follower's check of the answer to a forward it sent
+// to addr: an answer of another cluster is ignored. (An accepted answer is
+// still only a hint: a node mints only from its own log.)
+func acceptAnswer(own, addr string, r result) error {
+	if r.ClusterID != own {
+		return fmt.Errorf("%w: the leader at %s answered for cluster %q, this node belongs to %q; answer ignored",
+			ErrWrongCluster, addr, r.ClusterID, own)
+	}
+	return nil
+}
+
+// forwardIn is what the leader's checks of a forwarded command read.
+type forwardIn struct {
+	// Leader: Raft says this node leads.
+	Leader bool
+	// Conflict: this node met an older cluster.
+	Conflict error
+	// Own is this node's cluster.
+	Own string
+}
+
+// forwardCheck is ApplyForwarded's identity checks, in its order: only a
+// leader, not in conflict, takes a well-formed command (decodeErr is the
+// error decoding it, if any) that names the leader's own cluster.
+func forwardCheck(in forwardIn, c command, decodeErr error) error {
+	if !in.Leader {
+		return ErrNotLeader
+	}
+	if in.Conflict != nil {
+		return in.Conflict
+	}
+	if decodeErr != nil {
+		return fmt.Errorf("%w: %v", ErrBadCommand, decodeErr)
+	}
+	if err := c.validate(); err != nil {
+		return err
+	}
+	if c.ClusterID != in.Own {
+		return fmt.Errorf("%w: this leader belongs to cluster %q, the %s from node %s names cluster %q. "+
+			"The sender is a member of another cluster now reaching this address (was this node's data dir wiped "+
+			"while the sender's cluster still lists its old identity here?); nothing was applied. Remove the stale "+
+			"member from the sender's cluster (idctl remove) or give this node its own addresses",
+			ErrWrongCluster, in.Own, c.Type, c.nodeID(), c.ClusterID)
+	}
+	return nil
+}
+
+// handling is what the leader does with a command that passed handleCheck.
+type handling int
+
+const (
+	handleApply  handling = iota // Claim, Reserve, Release: leaderCheck, then the log
+	handleRemove                 // Remove: leaderRemove
+)
+
+// handleCheck is handle's gate: a well-formed command, a leader past its
+// Barrier (before it, its state may lack entries an earlier leader
+// committed, and a "not owner" from it would revoke a valid generator), the
+// checks Apply makes against the layout, and a type that may be forwarded.
+// s is the leader's state; it is only read.
+func handleCheck(s *state, c command, ready bool) (handling, error) {
+	if err := c.validate(); err != nil {
+		return 0, err
+	}
+	if !ready {
+		return 0, ErrLeaderNotReady
+	}
+	if err := s.admit(c); err != nil {
+		return 0, err
+	}
+	switch c.Type {
+	case cmdClaim, cmdReserve, cmdRelease:
+		return handleApply, nil
+	case cmdRemove:
+		return handleRemove, nil
+	}
+	return 0, fmt.Errorf("command %s cannot be forwarded", c.Type)
+}
+
+// reportsClock: the leader counts a command's clock (SentAt) in the
+// cluster's time only from a Claim or Reserve of a member of its Raft
+// configuration.
+func reportsClock(c command, member bool) bool {
+	return member && (c.Type == cmdClaim || c.Type == cmdReserve)
+}
+
+// appliedResult is the leader's reading of what Apply returned for its
+// entry of type t at index: an error is the command's refusal.
+func appliedResult(t commandType, index uint64, resp interface{}) (result, error) {
+	switch resp := resp.(type) {
+	case error:
+		return result{}, resp
+	case result:
+		resp.Index = index
+		return resp, nil
+	}
+	return result{}, fmt.Errorf("raft apply %s: unexpected response %T", t, resp)
+}
+
+// leaderAnswer is the answer to a command the leader proposed: the applied
+// entry's result, with the leader's and the cluster's time and the cluster
+// ID of the decision (d.Answer).
+func leaderAnswer(d leaderOut, applied result) result {
+	applied.LeaderTime, applied.ClusterTime, applied.ClusterID = d.Answer.LeaderTime, d.Answer.ClusterTime, d.Answer.ClusterID
+	return applied
+}
+
+// initCommand is the Init entry a new cluster's first leader writes
+// (establish): the cluster's identity id and layout, its creation time (this
+// leader's clock now), and every slot's first highWater at now plus
+// max-ahead, above anything an earlier life of any node could have stamped
+// (it could borrow at most max-ahead past its own leader's clock).
+func initCommand(l generator.Layout, id string, now time.Time, maxAhead time.Duration) command {
+	return command{
+		Type: cmdInit, Layout: &l, ClusterID: id, Created: now.UnixNano(),
+		Start: l.Units(now) + unitsCeil(maxAhead, l.Unit),
+	}
+}
+
+// establishNext is the leader loop's decision after an establish attempt
+// that ended with err and was made prev after the one before (0 for the
+// first): until Init is applied every Claim is refused, so a failed attempt
+// is retried for as long as this node leads, never left to a leadership
+// change that may not come, after establishBackoff, doubling to
+// maxEstablishBackoff.
+func establishNext(err error, prev time.Duration) (again bool, wait time.Duration) {
+	if err == nil {
+		return false, 0
+	}
+	if prev == 0 {
+		return true, establishBackoff
+	}
+	return true, min(2*prev, maxEstablishBackoff)
 }

@@ -59,7 +59,7 @@ func (n *Node) proveForeign(own string) []foreignProof {
 		b.proofs, b.retry = map[string]foreignProof{}, map[string]time.Time{}
 	}
 	for id, m := range n.gossip.snapshot() {
-		if m.State != "alive" || !m.Parsed || m.Meta.ClusterID == "" || m.Meta.ClusterID == own || m.Meta.GRPCAddr == "" {
+		if m.State != MemberAlive || !m.Parsed || m.Meta.ClusterID == "" || m.Meta.ClusterID == own || m.Meta.GRPCAddr == "" {
 			continue
 		}
 		if p, ok := b.proofs[id]; ok && now.Sub(p.at) < foreignFresh {

@@ -242,7 +242,7 @@ func (s *state) applyClaim(c command, index uint64) interface{} {
 		return errNotInitialized
 	}
 	if c.Layout != nil && *c.Layout != *s.Layout {
-		return fmt.Errorf("%w: cluster uses %s, node %s is configured with %s", ErrLayoutMismatch, s.Layout, c.Node.Name, c.Layout)
+		return layoutMismatch(*s.Layout, *c.Layout, "node "+c.Node.Name+" claims a slot in a cluster")
 	}
 	var old *Tenure
 	i := s.slotOf(c.Node.ID)

@@ -37,13 +37,43 @@ type meta struct {
 	Created   int64  `json:"ct,omitempty"`
 }
 
+// MemberState is what gossip last showed of a member. memberlist's
+// notifications give only these three; its "suspect" phase comes to a node
+// as nothing at all (the member stays alive until it is declared dead).
+type MemberState int
+
+const (
+	// MemberUnknown: not seen in gossip (a node only Raft or the state knows).
+	MemberUnknown MemberState = iota
+	// MemberAlive: joined, or updated its metadata.
+	MemberAlive
+	// MemberDead: gone from gossip without saying it was leaving.
+	MemberDead
+	// MemberLeft: gone from gossip after setting its Leaving flag.
+	MemberLeft
+)
+
+// String is the state's word on the wire and in output (MemberInfo's
+// GossipState, the Members RPC, idctl): alive, dead, left or unknown.
+func (s MemberState) String() string {
+	switch s {
+	case MemberAlive:
+		return "alive"
+	case MemberDead:
+		return "dead"
+	case MemberLeft:
+		return "left"
+	}
+	return "unknown"
+}
+
 // gossipMember is a member as the node last saw it, including dead ones,
 // which memberlist's Members() leaves out.
 type gossipMember struct {
 	ID     string
 	Addr   string
 	Meta   meta
-	State  string // alive, suspect, dead, left
+	State  MemberState
 	Since  time.Time
 	Parsed bool
 }
@@ -162,14 +192,14 @@ func (g *gossip) NotifyLeave(n *memberlist.Node)  { g.record(n, true) }
 func (g *gossip) NotifyUpdate(n *memberlist.Node) { g.record(n, false) }
 
 func (g *gossip) record(n *memberlist.Node, gone bool) {
-	m := &gossipMember{ID: n.Name, Addr: n.Address(), State: "alive", Since: g.now()}
+	m := &gossipMember{ID: n.Name, Addr: n.Address(), State: MemberAlive, Since: g.now()}
 	if err := json.Unmarshal(n.Meta, &m.Meta); err == nil {
 		m.Parsed = true
 	}
 	if gone {
-		m.State = "dead"
+		m.State = MemberDead
 		if m.Meta.Leaving {
-			m.State = "left"
+			m.State = MemberLeft
 		}
 	}
 	g.mu.Lock()
@@ -199,7 +229,7 @@ func (g *gossip) snapshot() map[string]gossipMember {
 func (g *gossip) forget(id string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if m, ok := g.members[id]; ok && m.State != "alive" {
+	if m, ok := g.members[id]; ok && m.State != MemberAlive {
 		delete(g.members, id)
 	}
 }
@@ -223,7 +253,7 @@ func (g *gossip) updateMeta(fn func(m *meta)) {
 func (g *gossip) join(seeds []string, self string) (int, error) {
 	known := map[string]bool{self: true}
 	for _, m := range g.snapshot() {
-		if m.State == "alive" || m.State == "suspect" {
+		if m.State == MemberAlive {
 			known[m.Addr] = true
 		}
 	}

@@ -175,7 +175,7 @@ func TestGossipOnlyMemberIsNeverInRaft(t *testing.T) {
 		for _, s := range tc.liveSpecs() {
 			snap := s.node.gossip.snapshot()
 			for id := range intruders {
-				if m, ok := snap[id]; !ok || m.State != "alive" {
+				if m, ok := snap[id]; !ok || m.State != MemberAlive {
 					return false
 				}
 			}
@@ -272,7 +272,7 @@ func TestGossipCannotForgeAVotersLeave(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		last := ""
+		last := MemberUnknown
 		for {
 			select {
 			case <-stop:
@@ -280,10 +280,10 @@ func TestGossipCannotForgeAVotersLeave(t *testing.T) {
 			case <-time.After(time.Millisecond):
 			}
 			m := leader.gossip.snapshot()[id]
-			if m.State == "left" && last != "left" {
+			if m.State == MemberLeft && last != MemberLeft {
 				sawLeft.Add(1)
 			}
-			if m.State == "alive" && m.Meta.Leaving {
+			if m.State == MemberAlive && m.Meta.Leaving {
 				sawForgedMeta.Store(1)
 			}
 			last = m.State
@@ -318,7 +318,7 @@ func TestGossipCannotForgeAVotersLeave(t *testing.T) {
 		reapAfter := victim.node.cfg.ReapAfter
 		back := func() bool {
 			m := leader.gossip.snapshot()[id]
-			return m.State == "alive" && !m.Meta.Leaving
+			return m.State == MemberAlive && !m.Meta.Leaving
 		}
 		waitFor(t, reapAfter+30*time.Second, "the victim alive again, or ReapAfter passed", func() bool {
 			if err := stillAVoter(t, leader, id, raftAddr, slot); err != nil {
@@ -434,7 +434,7 @@ func TestGossipDeadVoterThatAnswersIsKept(t *testing.T) {
 	waitFor(t, 30*time.Second, "the leader's gossip to show the victim dead", func() bool {
 		m := leader.gossip.snapshot()[id]
 		since = m.Since
-		return m.State == "dead"
+		return m.State == MemberDead
 	})
 	// Past ReapAfter, then more sweeps.
 	reapAfter := victim.cfg.ReapAfter
@@ -473,7 +473,7 @@ func TestGossipOnlyMemberIsNotABootstrapPeer(t *testing.T) {
 		for _, name := range []string{"a", "b"} {
 			snap := tc.node(name).gossip.snapshot()
 			for _, id := range []string{tc.node("a").ID(), tc.node("b").ID(), intruder} {
-				if snap[id].State != "alive" {
+				if snap[id].State != MemberAlive {
 					return false
 				}
 			}

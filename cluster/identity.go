@@ -62,6 +62,7 @@ func writeIdentity(dir string, id identity) error {
 // it: persisted in the data dir and carried in gossip metadata. Only the
 // agent calls it (on every state change), so writes never race.
 func (n *Node) trackIdentity() {
+	n.trackLayout()
 	var fromState identity
 	n.fsm.view(func(s *state) { fromState = identity{ID: s.ClusterID, Created: s.Created} })
 	if fromState.ID == "" {

@@ -94,12 +94,19 @@ func (n *Node) leaderLoop(stop chan struct{}) {
 	// Until the Init entry is applied every Claim is refused, so a failed
 	// establish (a slow disk, a commit timeout) is retried with backoff for as
 	// long as this node leads; it is never left to a leadership change.
-	var retryInit <-chan time.Time
-	backoff := establishBackoff
-	if err := n.establish(); err != nil {
-		n.logger.Error("establish leadership; retrying", "err", err, "in", backoff)
-		retryInit = time.After(backoff)
+	var (
+		retryInit <-chan time.Time
+		wait      time.Duration
+	)
+	establish := func() {
+		err := n.establish()
+		var again bool
+		if again, wait = establishNext(err, wait); again {
+			n.logger.Error("establish leadership; retrying", "err", err, "in", wait)
+			retryInit = time.After(wait)
+		}
 	}
+	establish()
 	tick := time.NewTicker(n.cfg.ReconcileInterval)
 	defer tick.Stop()
 	for {
@@ -126,11 +133,7 @@ func (n *Node) leaderLoop(stop chan struct{}) {
 			}
 		case <-retryInit:
 			retryInit = nil
-			if err := n.establish(); err != nil {
-				backoff = min(2*backoff, maxEstablishBackoff)
-				n.logger.Error("establish leadership; retrying", "err", err, "in", backoff)
-				retryInit = time.After(backoff)
-			}
+			establish()
 		}
 	}
 }
@@ -142,10 +145,9 @@ const (
 	maxEstablishBackoff = 5 * time.Second
 )
 
-// establish writes the Init entry of a new cluster: a fresh random identity,
-// and every slot's highWater at this clock plus max-ahead, above anything an
-// earlier life of any node could have stamped (it could borrow at most
-// max-ahead past its own leader's clock).
+// establish writes the Init entry of a new cluster (initCommand, decide.go)
+// unless the state holds one: a fresh random identity, and every slot's
+// highWater at this clock plus max-ahead.
 func (n *Node) establish() error {
 	var inited bool
 	n.fsm.view(func(s *state) { inited = s.Layout != nil })
@@ -156,12 +158,7 @@ func (n *Node) establish() error {
 	if _, err := rand.Read(b[:]); err != nil {
 		return err
 	}
-	l := n.cfg.Layout
-	now := n.clock.Now()
-	_, _, err := n.raftApply(context.Background(), command{
-		Type: cmdInit, Layout: &l, ClusterID: hex.EncodeToString(b[:]), Created: now.UnixNano(),
-		Start: l.Units(now) + unitsCeil(n.cfg.MaxAhead, l.Unit),
-	})
+	_, _, err := n.raftApply(context.Background(), initCommand(n.cfg.bootstrapLayout(), hex.EncodeToString(b[:]), n.clock.Now(), n.cfg.MaxAhead))
 	return err
 }
 
@@ -219,7 +216,7 @@ func (n *Node) reconcile() {
 	})
 	alive := func(id string) bool {
 		m, seen := members[id]
-		return seen && (m.State == "alive" || m.State == "suspect")
+		return seen && m.State == MemberAlive
 	}
 	addrsOf := func(id string) []string {
 		m, seen := members[id]
@@ -246,12 +243,12 @@ func (n *Node) reconcile() {
 		m, seen := members[id]
 		if _, ok := ls.absentSince[id]; !ok {
 			since := now
-			if seen && m.State == "dead" && m.Since.Before(now) {
+			if seen && m.State == MemberDead && m.Since.Before(now) {
 				since = m.Since
 			}
 			ls.absentSince[id] = since
 		}
-		left := seen && m.State == "left"
+		left := seen && m.State == MemberLeft
 		if left || now.Sub(ls.absentSince[id]) >= n.cfg.ReapAfter {
 			gone[id] = left
 			ask(id)
@@ -273,7 +270,7 @@ func (n *Node) reconcile() {
 	joinKey := func(m gossipMember) string { return m.Meta.GRPCAddr + " " + m.Meta.RaftAddr }
 	for _, id := range ids {
 		m := members[id]
-		if m.State != "alive" || !m.Parsed || m.Meta.RaftAddr == "" || id == n.id || !n.addable(m) {
+		if m.State != MemberAlive || !m.Parsed || m.Meta.RaftAddr == "" || id == n.id || !n.addable(m) {
 			continue
 		}
 		s, ok := inRaft[id]
@@ -347,7 +344,7 @@ func (n *Node) reconcile() {
 	// non-voters that follow this log; move servers whose address changed.
 	for _, id := range ids {
 		m := members[id]
-		if m.State != "alive" || !m.Parsed || m.Meta.RaftAddr == "" || id == n.id {
+		if m.State != MemberAlive || !m.Parsed || m.Meta.RaftAddr == "" || id == n.id {
 			continue
 		}
 		if !n.addable(m) {
@@ -467,7 +464,7 @@ func (n *Node) reconcile() {
 	// waits for the next sweep or event: it may not be asked again at all).
 	ls.wake = time.Time{}
 	for id, b := range ls.backoff {
-		if members[id].State != "alive" {
+		if members[id].State != MemberAlive {
 			delete(ls.backoff, id)
 			continue
 		}

@@ -37,7 +37,13 @@ type Config struct {
 	BootstrapExpect int
 	// Datacenter is the preferred datacenter for the slot, or -1 for any.
 	Datacenter int
-	Layout     generator.Layout
+	// Layout is the ID layout this node founds a cluster with (the Init
+	// entry records it); zero means the default. A node mints only under
+	// its cluster's layout, as its own log's first entry records it: a
+	// node that joins or restarts takes that one, and one with a Layout
+	// set that differs is refused (ErrLayoutMismatch: at Open when the
+	// data dir already belongs to a cluster, else at its claim).
+	Layout generator.Layout
 
 	// Lead is how far ahead of its issuing point a node keeps its window.
 	Lead time.Duration
@@ -119,9 +125,6 @@ func (c *Config) applyDefaults() {
 	if c.BootstrapExpect == 0 {
 		c.BootstrapExpect = 1
 	}
-	if c.Layout == (generator.Layout{}) {
-		c.Layout = generator.DefaultLayout()
-	}
 	if c.Clock == nil {
 		c.Clock = generator.SystemClock()
 	}
@@ -141,18 +144,24 @@ func (c *Config) Validate() error {
 	if c.DataDir == "" {
 		return errors.New("data dir is required")
 	}
-	if err := c.Layout.Validate(); err != nil {
+	l := c.bootstrapLayout()
+	if err := l.Validate(); err != nil {
 		return fmt.Errorf("layout: %w", err)
 	}
-	if c.BootstrapExpect < 1 || c.BootstrapExpect > c.Layout.Slots() {
-		return fmt.Errorf("bootstrap-expect %d out of range 1..%d", c.BootstrapExpect, c.Layout.Slots())
+	if c.BootstrapExpect < 1 || c.BootstrapExpect > l.Slots() {
+		return fmt.Errorf("bootstrap-expect %d out of range 1..%d", c.BootstrapExpect, l.Slots())
 	}
-	dcs := 1 << c.Layout.DatacenterBits
+	// Without a layout the cluster's decides how many datacenters there
+	// are; the claim checks the preference against it.
+	dcs := maxSlots
+	if c.Layout != (generator.Layout{}) {
+		dcs = 1 << l.DatacenterBits
+	}
 	if c.Datacenter < -1 || c.Datacenter >= dcs {
 		return fmt.Errorf("datacenter %d out of range -1..%d", c.Datacenter, dcs-1)
 	}
-	if c.Lead < c.Layout.Unit {
-		return fmt.Errorf("lead %v must be at least one layout unit (%v)", c.Lead, c.Layout.Unit)
+	if c.Lead < l.Unit {
+		return fmt.Errorf("lead %v must be at least one layout unit (%v)", c.Lead, l.Unit)
 	}
 	if c.MaxAhead < c.Lead {
 		return fmt.Errorf("max-ahead %v must be at least the lead %v", c.MaxAhead, c.Lead)
@@ -167,6 +176,15 @@ func (c *Config) Validate() error {
 		return errors.New("raft and gossip addresses are required")
 	}
 	return nil
+}
+
+// bootstrapLayout is the layout an Init of this node records: Layout, or
+// the default.
+func (c *Config) bootstrapLayout() generator.Layout {
+	if c.Layout == (generator.Layout{}) {
+		return generator.DefaultLayout()
+	}
+	return c.Layout
 }
 
 // Node is one idgend cluster member: Raft, gossip, the leader loop and the
@@ -192,6 +210,9 @@ type Node struct {
 	window atomic.Pointer[heldWindow]
 	// foreign: what members of other clusters proved of themselves.
 	foreign foreignBook
+	// recorded is the layout the data dir records for the node's cluster
+	// (nil until its log's first entry has been seen; layoutrecord.go).
+	recorded atomic.Pointer[generator.Layout]
 
 	identity   atomic.Pointer[identity] // the cluster this node belongs to, once known
 	conflict   atomic.Pointer[string]   // set for good once an older cluster is met
@@ -222,7 +243,11 @@ func Open(cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	id, err := openDataDir(cfg.DataDir, cfg.Layout)
+	id, err := openDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	recorded, err := readLayoutRecord(cfg.DataDir, cfg.Layout)
 	if err != nil {
 		return nil, err
 	}
@@ -244,6 +269,7 @@ func Open(cfg Config) (*Node, error) {
 		handoff:    make(chan struct{}, 1),
 	}
 	n.setReason("starting")
+	n.recorded.Store(recorded)
 	local := meta{
 		Name: cfg.Name, GRPCAddr: cfg.GRPCAddr, RaftAddr: cfg.RaftAdvertise, HTTPAddr: cfg.HTTPAddr,
 		Version: cfg.Version, Expect: cfg.BootstrapExpect,
@@ -263,7 +289,7 @@ func Open(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	logger.Info("node started", "id", id, "raft", cfg.RaftAdvertise, "gossip", cfg.GossipAdvertise,
-		"existing_state", n.rs.hadState, "bootstrap_expect", cfg.BootstrapExpect, "layout", cfg.Layout.String())
+		"existing_state", n.rs.hadState, "bootstrap_expect", cfg.BootstrapExpect, "layout", n.Layout().String())
 
 	n.goLoop(n.monitorLeadership)
 	n.goLoop(n.runAgent)
@@ -288,8 +314,15 @@ func (n *Node) ID() string { return n.id }
 // Name is the node's human label.
 func (n *Node) Name() string { return n.cfg.Name }
 
-// Layout is the node's configured ID layout.
-func (n *Node) Layout() generator.Layout { return n.cfg.Layout }
+// Layout is the node's ID layout: its cluster's, once its log's first entry
+// has been seen (here or in an earlier run), else the one it would found a
+// cluster with.
+func (n *Node) Layout() generator.Layout {
+	if l, ok := n.clusterLayout(); ok {
+		return l
+	}
+	return n.cfg.bootstrapLayout()
+}
 
 // Done is closed when the node has shut down (after Close or Leave).
 func (n *Node) Done() <-chan struct{} { return n.shutdownCh }
@@ -390,7 +423,7 @@ func (n *Node) Ready() (bool, string) {
 	// A lone voter's clock is the cluster's time: a step back of it is not a
 	// window granted ahead of the cluster, and the node keeps issuing from
 	// its cursor as it always has.
-	if ahead := n.windowAhead(g); ahead > n.cfg.MaxAhead+n.cfg.Layout.Unit+aheadSlack && n.otherVoters() > 0 {
+	if ahead := n.windowAhead(g); ahead > n.cfg.MaxAhead+g.Layout().Unit+aheadSlack && n.otherVoters() > 0 {
 		return false, fmt.Sprintf("window runs %v ahead of the cluster's time (max-ahead %v): it was granted while a clock was wrong, "+
 			"or the data dir was restored from an old copy; IDs from it would decode to future times, so the node waits for real time to catch up",
 			ahead.Round(time.Second), n.cfg.MaxAhead)
@@ -406,7 +439,7 @@ const aheadSlack = time.Second
 // windowAhead is how far the end of g's window lies past the cluster's time,
 // as this node reckons it: its clock less its skew at the last answer.
 func (n *Node) windowAhead(g *generator.Generator) time.Duration {
-	l := n.cfg.Layout
+	l := g.Layout()
 	clusterNow := n.clock.Now().Add(-time.Duration(n.skew.Load()))
 	return l.Time(g.Granted() + 1).Sub(clusterNow)
 }
@@ -458,14 +491,14 @@ func (n *Node) NextBatch(ctx context.Context, count int) ([]int64, int, error) {
 func (n *Node) Status() Status {
 	ok, reason := n.Ready()
 	st := Status{
-		ID: n.id, Name: n.cfg.Name, Slot: -1, Ready: ok, Reason: reason,
-		RaftState: n.rs.raft.State().String(), Layout: n.cfg.Layout,
+		ID: n.id, Name: n.cfg.Name, Slot: -1, Ready: ok, Reason: reason, RaftState: n.rs.raft.State().String(),
 		AppliedIndex: n.rs.raft.AppliedIndex(), LastIndex: n.rs.raft.LastIndex(),
 		LastWindowSlot: -1,
 	}
 	if w := n.window.Load(); w != nil {
 		st.LastWindowSlot, st.LastWindowGranted = w.slot, w.granted
 	}
+	st.Layout, _ = n.clusterLayout()
 	addr, id := n.rs.raft.LeaderWithID()
 	st.LeaderID, st.LeaderAddr = string(id), string(addr)
 	st.ClusterID = n.ownCluster()
@@ -487,7 +520,7 @@ func (n *Node) Members() ([]MemberInfo, string) {
 	get := func(id string) *MemberInfo {
 		m, ok := byID[id]
 		if !ok {
-			m = &MemberInfo{ID: id, Slot: -1, RaftRole: "none", GossipState: "unknown"}
+			m = &MemberInfo{ID: id, Slot: -1, RaftRole: "none", GossipState: MemberUnknown.String()}
 			byID[id] = m
 		}
 		return m
@@ -509,7 +542,7 @@ func (n *Node) Members() ([]MemberInfo, string) {
 	})
 	for id, gm := range n.gossip.snapshot() {
 		m := get(id)
-		m.GossipState = gm.State
+		m.GossipState = gm.State.String()
 		m.GossipAddr = gm.Addr
 		if gm.Parsed {
 			m.Name, m.GRPCAddr, m.RaftAddr, m.HTTPAddr = gm.Meta.Name, gm.Meta.GRPCAddr, gm.Meta.RaftAddr, gm.Meta.HTTPAddr

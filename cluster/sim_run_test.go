@@ -12,6 +12,7 @@ var (
 	// simulation stage and scripts/simulate set the real budget.
 	simSeeds = flag.Int("sim.seeds", 200, "at most this many simulator seeds (TestSimulate)")
 	simTime  = flag.Duration("sim.time", 10*time.Second, "at most this much wall time for the simulator (TestSimulate)")
+	simFirst = flag.Int64("sim.first", -1, "the first seed of TestSimulate's run (default: taken from the time)")
 )
 
 // TestSimulate runs seeded schedules of the simulated world (sim_test.go)
@@ -21,7 +22,8 @@ func TestSimulate(t *testing.T) {
 	if *simSeed >= 0 {
 		w := newSimWorld(*simSeed, simFaults{}, nil)
 		err := w.run()
-		t.Logf("seed %d: %d nodes, %d events, %d clusters, %d IDs checked", *simSeed, len(w.nodes), w.events, len(w.cls), w.minted)
+		t.Logf("seed %d: %d nodes, %d events, %d clusters, %d IDs checked, live again %v after the faults stopped, %d false revokes by deposed leaders",
+			*simSeed, len(w.nodes), w.events, len(w.cls), w.minted, w.settled().Round(time.Millisecond), w.falseRevokes)
 		if err != nil || testing.Verbose() {
 			t.Logf("last events:\n%s", w.traceText())
 		}
@@ -35,9 +37,14 @@ func TestSimulate(t *testing.T) {
 		seeds, budget = min(seeds, 200), min(budget, 5*time.Second)
 	}
 	first := time.Now().UnixNano() & (1<<48 - 1)
+	if *simFirst >= 0 {
+		first = *simFirst
+	}
 	t.Logf("seeds %d.. (at most %d seeds or %v)", first, seeds, budget)
 	start := time.Now()
-	var events, minted, clusters int
+	var events, minted, clusters, falseRevokes int
+	var settle, worst time.Duration // time from the faults' end to liveness for good
+	var worstSeed int64
 	n := 0
 	for ; n < seeds && time.Since(start) < budget; n++ {
 		seed := first + int64(n)
@@ -48,10 +55,18 @@ func TestSimulate(t *testing.T) {
 		events += w.events
 		minted += w.minted
 		clusters += len(w.cls)
+		falseRevokes += w.falseRevokes
+		if d := w.settled(); d > worst {
+			worst, worstSeed = d, seed
+		}
+		settle += w.settled()
 	}
 	el := time.Since(start)
 	t.Logf("%d schedules in %v: %.0f schedules/s, %d events/schedule, %d IDs checked/schedule, %.2f clusters/schedule",
 		n, el.Round(time.Millisecond), float64(n)/el.Seconds(), events/max(n, 1), minted/max(n, 1), float64(clusters)/float64(max(n, 1)))
+	t.Logf("live again after the faults stopped: %v on average, at most %v (seed %d; the bound is %v)",
+		(settle / time.Duration(max(n, 1))).Round(time.Millisecond), worst.Round(time.Millisecond), worstSeed, simLiveBound)
+	t.Logf("generators stopped by a deposed leader's false \"not owner\": %d in %d schedules", falseRevokes, n)
 }
 
 // simSeedsToFailure runs seeds from first until one fails, at most limit; it

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,8 +14,6 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-
-	"github.com/idgen/idgen/generator"
 )
 
 const (
@@ -27,9 +24,9 @@ const (
 )
 
 // openDataDir makes sure dir is a writable data dir and returns the node ID
-// stored in it, creating one on first start. It also pins the layout the data
-// was written with, so a restart with another layout is refused.
-func openDataDir(dir string, layout generator.Layout) (string, error) {
+// stored in it, creating one on first start. The layout of the node's
+// cluster is kept beside it once known (layoutrecord.go).
+func openDataDir(dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("data dir %s: %w", dir, err)
 	}
@@ -53,20 +50,6 @@ func openDataDir(dir string, layout generator.Layout) (string, error) {
 	if !validNodeID(id) {
 		return "", fmt.Errorf("node id file %s holds %q, not 32 hex characters: the data dir is damaged; restore the file, or wipe the whole data dir to start as a new node",
 			filepath.Join(dir, nodeIDFile), truncate(string(id), 40))
-	}
-	stored, err := readOrCreate(filepath.Join(dir, layoutFile), func() ([]byte, error) {
-		return json.Marshal(layout)
-	})
-	if err != nil {
-		return "", fmt.Errorf("layout: %w", err)
-	}
-	var was generator.Layout
-	if err := json.Unmarshal(stored, &was); err != nil {
-		return "", fmt.Errorf("layout file in %s: %w", dir, err)
-	}
-	if was != layout {
-		return "", fmt.Errorf("%w: data dir %s was written with layout %s, this node is configured with %s; start with the old layout or a new data dir",
-			ErrLayoutMismatch, dir, was, layout)
 	}
 	return string(id), nil
 }

@@ -126,3 +126,7 @@ func (c *Codec) Decode(code string) (int64, error) {
 	}
 	return id, nil
 }
+
+// CodeLen is the length of a Codec's code of id: that of its plain base62
+// form (Encode), but at least MinCodeLen characters.
+func CodeLen(id int64) int { return max(MinCodeLen, len(Encode(id))) }

@@ -3,6 +3,7 @@ package generator
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -74,7 +75,8 @@ func (l Layout) Validate() error {
 	case l.SequenceBits == 0:
 		return fmt.Errorf("%w: %s: sequence needs at least 1 bit", ErrInvalidLayout, l)
 	case l.totalBits() > 63:
-		return fmt.Errorf("%w: %s: %d bits in all, at most 63 fit a non-negative int64", ErrInvalidLayout, l, l.totalBits())
+		return fmt.Errorf("%w: %s: %d bits in all, and an ID must fit 63 (a non-negative int64): take %d bits off the timestamp or the sequence",
+			ErrInvalidLayout, l, l.totalBits(), l.totalBits()-63)
 	case l.Unit <= 0:
 		return fmt.Errorf("%w: %s: unit must be positive", ErrInvalidLayout, l)
 	case l.TimestampBits >= 63 || int64(l.Unit) > math.MaxInt64>>l.TimestampBits:
@@ -184,4 +186,139 @@ func (l Layout) Decompose(id int64) (Parts, error) {
 		Sequence:   id & (l.SequencePerUnit() - 1),
 		Time:       l.Time(ts),
 	}, nil
+}
+
+// Bounds a layout must keep to found a cluster (CheckNew). A cluster has
+// exactly ClusterSlots generators; its unit lies between MinUnit and MaxUnit;
+// its timestamp field lasts at least MinLifetime from the founding.
+const (
+	ClusterSlots = 8
+	MinUnit      = time.Millisecond
+	MaxUnit      = time.Second
+	MinLifetime  = 365 * 24 * time.Hour
+)
+
+// CheckNew reports whether a cluster founded at now may take the layout:
+// Validate's checks, and datacenter plus machine bits that make exactly
+// ClusterSlots slots, a unit from MinUnit to MaxUnit, an epoch not after now
+// and a timestamp field that lasts at least MinLifetime past now. Each error
+// says what to change.
+func (l Layout) CheckNew(now time.Time) error {
+	if l.DatacenterBits+l.MachineBits != 3 {
+		return fmt.Errorf("%w: %s: %d datacenter and %d machine bits make %d slots; a cluster has exactly %d: "+
+			"give datacenter plus machine bits of 3 (2/1, 1/2, 3/0 or 0/3)",
+			ErrInvalidLayout, l, l.DatacenterBits, l.MachineBits, 1<<(l.DatacenterBits+l.MachineBits), ClusterSlots)
+	}
+	if l.Unit < MinUnit || l.Unit > MaxUnit {
+		return fmt.Errorf("%w: %s: unit %s is not between %s and %s", ErrInvalidLayout, l, l.Unit, MinUnit, MaxUnit)
+	}
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	if l.EpochTime().After(now) {
+		return fmt.Errorf("%w: %s: epoch %s is in the future, and nothing can be minted before it: take a date in the past (today's is %s)",
+			ErrInvalidLayout, l, l.EpochTime().Format(time.RFC3339), now.UTC().Format("2006-01-02"))
+	}
+	if end := l.ExhaustedAt(); end.Before(now.Add(MinLifetime)) {
+		return fmt.Errorf("%w: %s: the timestamp field ends %s, less than a year from now: "+
+			"add timestamp bits (each one doubles the lifetime), take a longer unit or a later epoch",
+			ErrInvalidLayout, l, end.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// ParseBits reads the bit widths of a layout written "ts/dc/m/seq", such as
+// "28/2/1/11". The widths are not checked against each other (NewLayout does).
+func ParseBits(s string) (ts, dc, m, seq uint8, err error) {
+	parts := strings.Split(strings.TrimSpace(s), "/")
+	if len(parts) != 4 {
+		return 0, 0, 0, 0, fmt.Errorf("%w: %q: want timestamp/datacenter/machine/sequence bits, such as 28/2/1/11", ErrInvalidLayout, s)
+	}
+	var v [4]uint8
+	for i, p := range parts {
+		n, perr := strconv.ParseUint(strings.TrimSpace(p), 10, 8)
+		if perr != nil || n > 63 {
+			return 0, 0, 0, 0, fmt.Errorf("%w: %q: %q is not a bit count 0..63; want timestamp/datacenter/machine/sequence bits, such as 28/2/1/11",
+				ErrInvalidLayout, s, p)
+		}
+		v[i] = uint8(n)
+	}
+	return v[0], v[1], v[2], v[3], nil
+}
+
+// ParseEpoch reads an epoch as Unix seconds ("1777939200"), a date
+// ("2026-05-05", midnight UTC) or an RFC 3339 time ("2026-05-05T00:00:00Z").
+func ParseEpoch(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return n, nil
+	}
+	for _, f := range []string{"2006-01-02", time.RFC3339} {
+		if t, err := time.Parse(f, s); err == nil {
+			return t.Unix(), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: epoch %q: want Unix seconds, a date (2026-05-05) or an RFC 3339 time (2026-05-05T00:00:00Z)", ErrInvalidLayout, s)
+}
+
+// ParseSpec reads a layout as an operator writes it: "ts/dc/m/seq",
+// optionally followed by "unit=D" (default 1s) and "epoch=E" (Unix seconds,
+// a date or an RFC 3339 time; default DefaultEpoch), in any order, such as
+// "35/2/1/11 unit=10ms". String's output reads back. The result is
+// validated (Validate); CheckNew is the caller's.
+func ParseSpec(spec string) (Layout, error) {
+	fields := strings.Fields(spec)
+	if len(fields) == 0 {
+		return Layout{}, fmt.Errorf("%w: empty layout; want ts/dc/m/seq [unit=D] [epoch=E], such as 28/2/1/11 unit=1s", ErrInvalidLayout)
+	}
+	ts, dc, m, seq, err := ParseBits(fields[0])
+	if err != nil {
+		return Layout{}, err
+	}
+	unit, epoch := DefaultUnit, DefaultEpoch
+	for _, f := range fields[1:] {
+		k, v, ok := strings.Cut(f, "=")
+		switch {
+		case ok && k == "unit":
+			if unit, err = time.ParseDuration(v); err != nil {
+				return Layout{}, fmt.Errorf("%w: %q: unit %q: want a duration such as 10ms or 1s", ErrInvalidLayout, spec, v)
+			}
+		case ok && k == "epoch":
+			if epoch, err = ParseEpoch(v); err != nil {
+				return Layout{}, err
+			}
+		default:
+			return Layout{}, fmt.Errorf("%w: %q: unexpected %q; want ts/dc/m/seq [unit=D] [epoch=E]", ErrInvalidLayout, spec, f)
+		}
+	}
+	return NewLayout(epoch, unit, ts, dc, m, seq)
+}
+
+// IDsPerSecond is how many IDs one slot may stamp per second of clock time.
+func (l Layout) IDsPerSecond() float64 {
+	return float64(l.SequencePerUnit()) * float64(time.Second) / float64(l.Unit)
+}
+
+// CodeLenAt is the length of the code (plain base62 or a Codec's) of the
+// largest ID stamped at t: every ID of the units before t's has at most as
+// many characters. Times past the layout's end count as its last unit.
+func (l Layout) CodeLenAt(t time.Time) int {
+	ts := min(max(l.Units(t), 0), l.MaxTimestamp())
+	return CodeLen(ts<<l.tsShift() | int64(l.Slots()-1)<<l.SequenceBits | (l.SequencePerUnit() - 1))
+}
+
+// CodeGrowth is when codes next get longer after t: the start of the first
+// unit whose IDs need more than CodeLenAt(t) characters, and that length.
+// ok is false when the layout ends first.
+func (l Layout) CodeGrowth(t time.Time) (at time.Time, length int, ok bool) {
+	n := l.CodeLenAt(t)
+	if n >= l.Base62Len() || n >= 11 {
+		return time.Time{}, 0, false
+	}
+	// The first ID with n+1 characters is 62^n, in unit 62^n >> shift.
+	first := int64(1)
+	for range n {
+		first *= 62
+	}
+	return l.Time(first >> l.tsShift()), n + 1, true
 }
