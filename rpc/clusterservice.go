@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/generator"
 	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
 	"github.com/idgen/idgen/rpc/buildinfo"
 )
@@ -72,7 +73,7 @@ func statusToProto(st cluster.Status) *idgenv1.StatusResponse {
 		Cursor:              st.Cursor,
 		Floor:               st.Floor,
 		IdsIssued:           st.IDsIssued,
-		Layout:              st.Layout.String(),
+		Layout:              layoutText(st.Layout),
 		RaftAppliedIndex:    st.AppliedIndex,
 		RaftLastIndex:       st.LastIndex,
 		ClusterId:           st.ClusterID,
@@ -159,7 +160,7 @@ func (h *clusterService) History(ctx context.Context, _ *idgenv1.HistoryRequest)
 		return nil, ToStatus(fmt.Errorf("history: %w", err))
 	}
 	out := &idgenv1.HistoryResponse{
-		Layout:  h.admin.Status().Layout.String(),
+		Layout:  layoutText(h.admin.Status().Layout),
 		Tenures: make([]*idgenv1.Tenure, 0, len(tenures)),
 	}
 	for _, t := range tenures {
@@ -185,4 +186,13 @@ func (h *clusterService) Fault(ctx context.Context, req *idgenv1.FaultRequest) (
 	}
 	h.s.log.Warn("fault injection: clock offset set", "offset_ms", ms)
 	return &idgenv1.FaultResponse{ClockOffsetMs: ms}, nil
+}
+
+// layoutText is the layout as the responses carry it (generator's String,
+// which ParseLayout reads), or "" while the node knows no cluster layout.
+func layoutText(l generator.Layout) string {
+	if l.Validate() != nil {
+		return ""
+	}
+	return l.String()
 }

@@ -49,9 +49,14 @@ func (h *idService) GetIDBatch(ctx context.Context, req *idgenv1.GetIDBatchReque
 	if slot < 0 {
 		return nil, status.Errorf(codes.Internal, "minted %d IDs without a slot", len(ids))
 	}
+	// The IDs were minted under the cluster's layout, so it is known.
+	layout, err := s.layoutForSlot()
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "minted %d IDs but %v", len(ids), err)
+	}
 	s.metrics.idsIssued.Add(float64(len(ids)))
 	s.metrics.batchesServed.WithLabelValues(source).Inc()
-	return &idgenv1.GetIDBatchResponse{Ids: ids, Slot: uint32(slot), Node: s.cfg.NodeName, NodeId: s.cfg.NodeID}, nil
+	return &idgenv1.GetIDBatchResponse{Ids: ids, Slot: uint32(slot), Node: s.cfg.NodeName, NodeId: s.cfg.NodeID, Layout: layout.text}, nil
 }
 
 // takeBuffered takes one batch from the buffer. Batches there were minted
@@ -98,7 +103,7 @@ func (s *Server) withSlot(ids []int64) ([]int64, int, error) {
 	if err != nil {
 		return nil, -1, fmt.Errorf("decode slot of buffered batch: %w", err)
 	}
-	parts, err := layout.Decompose(ids[0])
+	parts, err := layout.layout.Decompose(ids[0])
 	if err != nil {
 		return nil, -1, fmt.Errorf("decode slot of buffered batch: %w", err)
 	}

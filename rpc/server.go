@@ -140,7 +140,7 @@ type Server struct {
 
 	buf      *generator.Buffer
 	producer *generator.Producer
-	layout   atomic.Pointer[generator.Layout] // cached once the cluster has one
+	layout   atomic.Pointer[servedLayout] // cached once the cluster has one
 
 	startOnce    sync.Once
 	shutdownOnce sync.Once
@@ -355,18 +355,27 @@ func (s *Server) onMintError(err error) {
 	s.log.Log(context.Background(), lvl, "prefetch producer could not mint", "err", err)
 }
 
+// servedLayout is the cluster's layout and its text, as responses carry it.
+type servedLayout struct {
+	layout generator.Layout
+	text   string
+}
+
 // layoutForSlot returns the cluster's layout, cached after the first valid one
-// (the layout is fixed for the cluster's lifetime).
-func (s *Server) layoutForSlot() (generator.Layout, error) {
+// (the layout is fixed for the cluster's lifetime: the one its log's first
+// entry records). It is first asked for once IDs have been minted, when the
+// node's replica has applied that entry and Status reports its layout.
+func (s *Server) layoutForSlot() (servedLayout, error) {
 	if l := s.layout.Load(); l != nil {
 		return *l, nil
 	}
 	l := s.issuer.Status().Layout
 	if err := l.Validate(); err != nil {
-		return l, err
+		return servedLayout{}, fmt.Errorf("no cluster layout known yet: %w", err)
 	}
-	s.layout.Store(&l)
-	return l, nil
+	sl := &servedLayout{layout: l, text: l.String()}
+	s.layout.Store(sl)
+	return *sl, nil
 }
 
 func (s *Server) markLeft() {

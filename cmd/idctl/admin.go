@@ -220,7 +220,7 @@ func runStatus(ctx context.Context, g globals, args []string, e env) error {
 		{"cursor", at(st.GetCursor())},
 		{"granted", at(st.GetGranted())},
 		{"ids minted", fmt.Sprint(st.GetIdsIssued())},
-		{"layout", st.GetLayout()},
+		{"layout", orDash(st.GetLayout())},
 		{"raft index", fmt.Sprintf("applied %d, last %d", st.GetRaftAppliedIndex(), st.GetRaftLastIndex())},
 		{"other clusters met", orDash(strings.Join(st.GetConflictingClusters(), ", "))},
 	} {
@@ -376,6 +376,3 @@ func bindFault(fs *flag.FlagSet) runner {
 		return nil
 	}
 }
-
-// defaultLayout is what decode and ids use; idgend runs the default layout.
-func defaultLayout() generator.Layout { return generator.DefaultLayout() }

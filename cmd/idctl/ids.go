@@ -39,12 +39,11 @@ func bindIDs(fs *flag.FlagSet) runner {
 		if per < 1 {
 			return usagef("--batch %d: want at least 1", per)
 		}
-		layout := defaultLayout()
-		codec, err := codes.codec(layout)
-		if err != nil {
+		// The key is checked before any call; the codec is made for the
+		// layout the cluster serves, which the first batch brings.
+		if _, err := codes.codec(generator.DefaultLayout()); err != nil {
 			return err
 		}
-		encode := encoder(codec)
 		client, err := idclient.Dial(g.target, append(g.clientOptions(), idclient.WithCallTimeout(g.timeout))...)
 		if err != nil {
 			return usagef("%v", err)
@@ -60,6 +59,12 @@ func bindIDs(fs *flag.FlagSet) runner {
 			}
 			ids = append(ids, got...)
 		}
+		layout, _ := client.Layout()
+		codec, err := codes.codec(layout)
+		if err != nil {
+			return err
+		}
+		encode := encoder(codec)
 		if g.json {
 			out := make([]idJSON, 0, len(ids))
 			for _, id := range ids {
@@ -105,11 +110,18 @@ type decodedJSON struct {
 func bindDecode(fs *flag.FlagSet) runner {
 	forceBase62 := fs.Bool("base62", false, "read every argument as a base62 code, even all-digit ones")
 	codes := addCodeFlags(fs)
+	layoutFlags := addDecodeLayoutFlags(fs)
 	return func(ctx context.Context, g globals, args []string, e env) error {
 		if len(args) == 0 {
 			return usagef("decode needs at least one ID or code")
 		}
-		layout := defaultLayout()
+		if _, err := codes.codec(generator.DefaultLayout()); err != nil {
+			return err
+		}
+		layout, err := layoutFlags.resolve(ctx, g)
+		if err != nil {
+			return err
+		}
 		codec, err := codes.codec(layout)
 		if err != nil {
 			return err

@@ -46,6 +46,9 @@ type globals struct {
 	timeout time.Duration
 	json    bool
 	tls     tlsconf.Files
+	// targetSet: --target or IDGEN_TARGET named the target (decode and
+	// layout then ask it for the cluster's layout).
+	targetSet bool
 }
 
 // env is the process environment a command runs in.
@@ -87,7 +90,8 @@ func commandList() []command {
 		{name: "leave", help: "the node releases its slot, leaves Raft and gossip, and exits", bind: noFlags(runLeave)},
 		{name: "remove", args: "NODE", help: "force-remove another node (ID or name) and free its slot", bind: noFlags(runRemove)},
 		{name: "ids", args: "-n N [--base62] [--batch B] [--code-key-file F [--code-tweak T]]", help: "fetch N IDs through the client library (round robin over every target address); with a key file, codes are encrypted", bind: bindIDs},
-		{name: "decode", args: "ID|CODE... [--base62] [--code-key-file F [--code-tweak T]]", help: "take IDs (decimal) or codes (base62) apart; all-digit input is decimal unless --base62; with a key file, every argument is an encrypted code", bind: bindDecode},
+		{name: "decode", args: "ID|CODE... [--base62] [--layout SPEC] [--code-key-file F [--code-tweak T]]", help: "take IDs (decimal) or codes (base62) apart, under --layout, the layout of the cluster at --target (or IDGEN_TARGET) when one is named, else the default; all-digit input is decimal unless --base62; with a key file, every argument is an encrypted code", bind: bindDecode},
+		{name: "layout", args: "[SPEC] [--unit D] [--epoch E]", help: "what a layout gives before a cluster is founded with it (idgend --layout): IDs a second per slot and per cluster, when the timestamp field ends, the code length now and when it grows; SPEC is ts/dc/m/seq, such as 35/2/1/11 --unit 10ms; without SPEC, the cluster's at --target, else the default", bind: bindLayout},
 		{name: "keygen", args: "[--out FILE]", help: "a random 32-byte key, base64, for --code-key-file or --gossip-key", bind: bindKeygen},
 		{name: "verify", args: "--duration D --rate R [--batch N[,N...]] [--concurrency C]", help: "load the target and check every acknowledged ID: no duplicates, each inside a window the Raft log granted to the node that served it, no malformed batch (--batch 0 draws the nodes' buffered batches)", bind: bindVerify},
 		{name: "history", help: "the slot tenures the Raft log granted, merged from every target address", bind: noFlags(runHistory)},
@@ -145,6 +149,10 @@ func run(ctx context.Context, args []string, e env) int {
 			return exitOK
 		}
 		return exitUsage
+	}
+	g.targetSet = strings.TrimSpace(e.getenv("IDGEN_TARGET")) != ""
+	for _, f := range []*flag.FlagSet{top, fs} {
+		f.Visit(func(f *flag.Flag) { g.targetSet = g.targetSet || f.Name == "target" })
 	}
 	if g.timeout <= 0 {
 		fmt.Fprintf(e.stderr, "idctl: --timeout %s must be positive\n", g.timeout)

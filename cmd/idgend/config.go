@@ -39,6 +39,11 @@ type Config struct {
 	Join            []string
 	BootstrapExpect int
 	Datacenter      int
+	// Layout is the ID layout a cluster this node founds gets (--layout,
+	// --layout-unit, --layout-epoch); zero when none of them is set: the
+	// default for a new cluster, the cluster's for a node that joins or
+	// restarts. A layout set here that differs from the cluster's is refused.
+	Layout generator.Layout
 
 	Lead              time.Duration
 	MaxAhead          time.Duration
@@ -101,6 +106,8 @@ const maxBufferDepth = 1024
 func parseConfig(args []string, getenv func(string) string, out io.Writer) (Config, error) {
 	var c Config
 	var join, logLevel, gossipKeyFile string
+	var layoutBits, layoutEpoch string
+	var layoutUnit time.Duration
 	// The environment is applied first; parsingArgs tells gossipKey's Set
 	// that the command line is setting it now.
 	var parsingArgs bool
@@ -116,7 +123,12 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.StringVar(&c.Advertise, "advertise", "", "host other nodes use to reach this one (default: the bind host if it is an IP, else the first private IPv4, else 127.0.0.1)")
 	fs.StringVar(&join, "join", "", "comma-separated gossip addresses (host:port) of other nodes; retried periodically")
 	fs.IntVar(&c.BootstrapExpect, "bootstrap-expect", 1, "number of fresh nodes that form a new cluster together (1..8)")
-	fs.IntVar(&c.Datacenter, "datacenter", -1, "preferred datacenter for this node's slot (0..3), -1 for any")
+	fs.IntVar(&c.Datacenter, "datacenter", -1, "preferred datacenter for this node's slot (0..3 in the default layout), -1 for any")
+	fs.StringVar(&layoutBits, "layout", "", "ID layout of a cluster this node founds: `ts/dc/m/seq` bits, such as 28/2/1/11 (the default) or 35/2/1/11 with --layout-unit 10ms; "+
+		"unset, a node that joins or restarts takes its cluster's, and one set otherwise than the cluster's is refused (idctl layout shows a layout's rate, lifetime and code length)")
+	fs.DurationVar(&layoutUnit, "layout-unit", generator.DefaultUnit, "with --layout: the unit the timestamp counts, 1ms..1s")
+	fs.StringVar(&layoutEpoch, "layout-epoch", generator.DefaultLayout().EpochTime().Format("2006-01-02"),
+		"with --layout: the timestamp's zero, a past `date` (2026-05-05), RFC 3339 time or Unix seconds")
 	fs.DurationVar(&c.Lead, "lead", cluster.DefaultLead, "how far ahead of its issuing point a node keeps its granted window")
 	fs.DurationVar(&c.MaxAhead, "max-ahead", 0, "cap on a window's end beyond the leader's clock (0 = lead + max-skew)")
 	fs.DurationVar(&c.MaxSkew, "max-skew", cluster.DefaultMaxSkew, "largest clock difference to the leader before a node is refused")
@@ -193,6 +205,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 			c.Join = append(c.Join, a)
 		}
 	}
+	if err := c.readLayout(fs, layoutBits, layoutUnit, layoutEpoch); err != nil {
+		return c, fmt.Errorf("%w: %v", errUsage, err)
+	}
 	c.gossipKeyInArgs = gossipKey.fromArgs && gossipKey.value != ""
 	if err := c.readGossipKeys(gossipKey.value, gossipKeyFile); err != nil {
 		return c, fmt.Errorf("%w: %v", errUsage, err)
@@ -203,12 +218,67 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	if err := c.validate(); err != nil {
 		return c, fmt.Errorf("%w: %v", errUsage, err)
 	}
+	if c.Layout == (generator.Layout{}) {
+		c.settings = append(c.settings, fmt.Sprintf("layout %s for a cluster this node founds; joining or restarting, the cluster's", c.bootstrapLayout()))
+	} else {
+		c.settings = append(c.settings, fmt.Sprintf("layout %s for a cluster this node founds; joining or restarting, the cluster's must be the same", c.Layout))
+	}
 	for _, b := range c.binds() {
 		if name, ok := c.bindNames[b.flag]; ok {
 			c.settings = append(c.settings, fmt.Sprintf("%s %s binds %s", b.flag, name, *b.addr))
 		}
 	}
 	return c, nil
+}
+
+// readLayout builds Layout from --layout, --layout-unit and --layout-epoch
+// when any of them is set (on the command line or in the environment). The
+// layout must be fit to found a cluster with (generator's CheckNew) unless
+// the data dir already records it as its cluster's: an old cluster's layout
+// may be within a year of its end (the IdgenLayoutEndsWithinAYear alert).
+func (c *Config) readLayout(fs *flag.FlagSet, bits string, unit time.Duration, epoch string) error {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["layout"] && !set["layout-unit"] && !set["layout-epoch"] {
+		return nil
+	}
+	if !set["layout"] {
+		return errors.New("--layout-unit and --layout-epoch need --layout, the layout's bits (such as --layout 35/2/1/11 --layout-unit 10ms)")
+	}
+	spec := fmt.Sprintf("--layout %s --layout-unit %s --layout-epoch %s", bits, unit, epoch)
+	ts, dc, m, seq, err := generator.ParseBits(bits)
+	if err != nil {
+		return fmt.Errorf("--layout %q: %v", bits, strings.TrimPrefix(err.Error(), generator.ErrInvalidLayout.Error()+": "))
+	}
+	e, err := generator.ParseEpoch(epoch)
+	if err != nil {
+		return fmt.Errorf("--layout-epoch %q: want Unix seconds, a date (2026-05-05) or an RFC 3339 time (2026-05-05T00:00:00Z)", epoch)
+	}
+	l := generator.Layout{Epoch: e, Unit: unit, TimestampBits: ts, DatacenterBits: dc, MachineBits: m, SequenceBits: seq}
+	if rec, ok, err := cluster.RecordedLayout(c.DataDir); c.DataDir != "" && err == nil && ok && rec == l {
+		c.Layout = l
+		return nil
+	}
+	if err := l.CheckNew(time.Now()); err != nil {
+		return fmt.Errorf("%s: %v (idctl layout shows what a layout gives)", spec,
+			strings.TrimPrefix(err.Error(), generator.ErrInvalidLayout.Error()+": "))
+	}
+	c.Layout = l
+	return nil
+}
+
+// layoutFlags are the flags that ask for l.
+func layoutFlags(l generator.Layout) string {
+	return fmt.Sprintf("--layout %d/%d/%d/%d --layout-unit %s --layout-epoch %s", l.TimestampBits, l.DatacenterBits, l.MachineBits, l.SequenceBits,
+		l.Unit, l.EpochTime().Format(time.RFC3339))
+}
+
+// bootstrapLayout is the layout a cluster this node founds gets.
+func (c *Config) bootstrapLayout() generator.Layout {
+	if c.Layout == (generator.Layout{}) {
+		return generator.DefaultLayout()
+	}
+	return c.Layout
 }
 
 // argString is a string flag that knows whether the command line set it
@@ -387,7 +457,7 @@ func envKey(flagName string) string {
 // validate checks every value with the flag's name in the message. The
 // cluster and rpc packages validate again; these messages name the flags.
 func (c *Config) validate() error {
-	layout := generator.DefaultLayout()
+	layout := c.bootstrapLayout()
 	if c.DataDir == "" {
 		return errors.New("--data-dir must not be empty")
 	}
@@ -421,8 +491,10 @@ func (c *Config) validate() error {
 	if c.BootstrapExpect < 1 || c.BootstrapExpect > layout.Slots() {
 		return fmt.Errorf("--bootstrap-expect %d out of range 1..%d", c.BootstrapExpect, layout.Slots())
 	}
+	// Checked against the layout this node would found a cluster with: a
+	// node joining a cluster of more datacenters gives its --layout.
 	if dcs := 1 << layout.DatacenterBits; c.Datacenter < -1 || c.Datacenter >= dcs {
-		return fmt.Errorf("--datacenter %d out of range -1..%d", c.Datacenter, dcs-1)
+		return fmt.Errorf("--datacenter %d out of range -1..%d (layout %s; a cluster of another layout: give its --layout)", c.Datacenter, dcs-1, layout)
 	}
 	if c.Lead < layout.Unit {
 		return fmt.Errorf("--lead %s must be at least one layout unit (%s)", c.Lead, layout.Unit)

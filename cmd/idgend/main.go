@@ -23,7 +23,6 @@ import (
 	"syscall"
 
 	"github.com/idgen/idgen/cluster"
-	"github.com/idgen/idgen/generator"
 	"github.com/idgen/idgen/rpc"
 	"github.com/idgen/idgen/rpc/buildinfo"
 )
@@ -153,7 +152,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Join:                 cfg.Join,
 		BootstrapExpect:      cfg.BootstrapExpect,
 		Datacenter:           cfg.Datacenter,
-		Layout:               generator.DefaultLayout(),
+		Layout:               cfg.Layout,
 		Lead:                 cfg.Lead,
 		MaxAhead:             cfg.MaxAhead,
 		MaxSkew:              cfg.MaxSkew,
@@ -170,6 +169,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Logger:               log,
 		Version:              buildinfo.Read().Version,
 	})
+	if errors.Is(err, cluster.ErrLayoutMismatch) {
+		if rec, ok, _ := cluster.RecordedLayout(cfg.DataDir); ok {
+			return fmt.Errorf("open node: %w; for idgend: drop --layout, --layout-unit and --layout-epoch, or give %s", err, layoutFlags(rec))
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("open node: %w", err)
 	}

@@ -405,6 +405,10 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"stray"}, nil, "unexpected arguments"},
 		{nil, []string{"IDGEN_BOOTSTRAP_EXPECT=many"}, "IDGEN_BOOTSTRAP_EXPECT"},
 		{nil, []string{"IDGEN_DATACENTER=7"}, "--datacenter 7 out of range"},
+		{[]string{"--layout", "28/2/2/11"}, nil, "make 16 slots; a cluster has exactly 8"},
+		{[]string{"--layout", "25/2/1/11"}, nil, "less than a year from now"},
+		{[]string{"--layout-unit", "10ms"}, nil, "need --layout"},
+		{nil, []string{"IDGEN_LAYOUT=35/2/1/11", "IDGEN_LAYOUT_UNIT=100us"}, "unit 100µs is not between 1ms and 1s"},
 	} {
 		args := append([]string{"--data-dir", data}, tc.args...)
 		_, errOut, code := runBinEnv(t, tc.env, bin("idgend"), args...)
@@ -418,8 +422,9 @@ func TestBadFlags(t *testing.T) {
 }
 
 // TestStartErrors: a port in use, a data dir that cannot be written, and a
-// data dir written with another layout each exit 1 with a message that says
-// what is wrong; the port check comes before the data dir is touched.
+// data dir of a cluster of another layout than --layout each exit 1 with a
+// message that says what is wrong; the port check comes before the data dir
+// is touched.
 func TestStartErrors(t *testing.T) {
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -471,7 +476,7 @@ func TestStartErrors(t *testing.T) {
 	})
 
 	t.Run("data dir of another layout", func(t *testing.T) {
-		n := newNode(t, nodeOpts{name: "layout"})
+		n := newNode(t, nodeOpts{name: "layout", extra: []string{"--layout", "28/2/1/11"}})
 		if err := os.MkdirAll(n.dataDir, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -482,7 +487,8 @@ func TestStartErrors(t *testing.T) {
 		}
 		_, errOut, code := runBin(t, bin("idgend"), n.args()...)
 		if code != 1 || !strings.Contains(errOut, "layout mismatch") || !strings.Contains(errOut, other.String()) ||
-			!strings.Contains(errOut, "new data dir") {
+			!strings.Contains(errOut, generator.DefaultLayout().String()) || !strings.Contains(errOut, "drop --layout") ||
+			!strings.Contains(errOut, "--layout 27/2/1/12 --layout-unit 1s") {
 			t.Fatalf("exit %d, stderr %q", code, errOut)
 		}
 	})

@@ -18,10 +18,10 @@ func TestCheckBatchRejectsWrongAnswers(t *testing.T) {
 		return v
 	}
 	good := &idgenv1.GetIDBatchResponse{Ids: []int64{id(5, 3, 0), id(5, 3, 1)}, Slot: 3, Node: "n"}
-	if err := checkBatch(good, 2); err != nil {
+	if err := checkBatch(good, 2, newKnownLayout(l, "")); err != nil {
 		t.Fatalf("good batch refused: %v", err)
 	}
-	if err := checkBatch(good, 0); err != nil {
+	if err := checkBatch(good, 0, newKnownLayout(l, "")); err != nil {
 		t.Fatalf("default-size batch refused: %v", err)
 	}
 	for name, tc := range map[string]struct {
@@ -40,7 +40,7 @@ func TestCheckBatchRejectsWrongAnswers(t *testing.T) {
 		"decreasing":          {&idgenv1.GetIDBatchResponse{Ids: []int64{id(5, 3, 1), id(5, 3, 0)}, Slot: 3}, 2},
 		"other slot, last ID": {&idgenv1.GetIDBatchResponse{Ids: []int64{id(5, 3, 0), id(5, 3, 1), id(6, 4, 0)}, Slot: 3}, 3},
 	} {
-		if err := checkBatch(tc.resp, tc.count); !errors.Is(err, ErrBadBatch) {
+		if err := checkBatch(tc.resp, tc.count, newKnownLayout(l, "")); !errors.Is(err, ErrBadBatch) {
 			t.Errorf("%s: got %v, want ErrBadBatch", name, err)
 		}
 	}

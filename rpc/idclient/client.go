@@ -87,6 +87,7 @@ type options struct {
 	dialOpts      []grpc.DialOption
 	tlsFiles      tlsconf.Files
 	tlsConfig     *tls.Config
+	layout        *generator.Layout
 }
 
 // WithCallTimeout sets the bound for one GetIDBatch call (default
@@ -156,6 +157,7 @@ type Client struct {
 	callTimeout   time.Duration
 	hedgeDelay    time.Duration
 	hedgeAttempts int
+	layouts       layouts
 }
 
 // Dial prepares a client for target (see the package doc for the forms). Like
@@ -175,6 +177,11 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	}
 	if o.follow < minRefreshGap {
 		return nil, fmt.Errorf("%w: refresh interval %s is under %s", ErrBadOption, o.follow, minRefreshGap)
+	}
+	if o.layout != nil {
+		if err := o.layout.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: WithLayout: %v", ErrBadOption, err)
+		}
 	}
 	target = strings.TrimSpace(target)
 	if target == "" {
@@ -209,8 +216,12 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idclient: dial %q: %w", target, err)
 	}
-	return &Client{conn: conn, ids: idgenv1.NewIDServiceClient(conn), callTimeout: o.callTimeout,
-		hedgeDelay: o.hedgeDelay, hedgeAttempts: o.hedgeAttempts}, nil
+	c := &Client{conn: conn, ids: idgenv1.NewIDServiceClient(conn), callTimeout: o.callTimeout,
+		hedgeDelay: o.hedgeDelay, hedgeAttempts: o.hedgeAttempts}
+	if o.layout != nil {
+		c.layouts.cur.Store(newKnownLayout(*o.layout, ""))
+	}
+	return c, nil
 }
 
 // Batch is one GetIDBatch answer: the IDs, the slot they were minted in and
@@ -268,7 +279,10 @@ func (c *Client) fetchOnce(ctx context.Context, count int) (Batch, error) {
 		verdict.settle(nil) // an attempt the node answered is not held against it
 		return Batch{}, err
 	}
-	err = checkBatch(resp, count)
+	l, err := c.layouts.of(resp)
+	if err == nil {
+		err = checkBatch(resp, count, l)
+	}
 	verdict.settle(err)
 	return Batch{IDs: resp.GetIds(), Slot: int(resp.GetSlot()), Node: resp.GetNode(), NodeID: resp.GetNodeId()}, err
 }
@@ -276,7 +290,8 @@ func (c *Client) fetchOnce(ctx context.Context, count int) (Batch, error) {
 var (
 	// ErrBadBatch: a node answered with IDs that cannot be right (wrong
 	// count, out of the layout, not of the slot it names, or not strictly
-	// increasing). The batch is discarded and counts against the node.
+	// increasing), or under another layout than the cluster's (layout.go).
+	// The batch is discarded and counts against the node.
 	ErrBadBatch = errors.New("idclient: node answered with a malformed batch")
 	// ErrBadCount: a count below 0 or over what the protocol carries.
 	ErrBadCount = errors.New("idclient: count out of range")
@@ -298,18 +313,17 @@ var (
 
 // checkBatch guards against a node that answers wrongly: a batch is used only
 // if it has the IDs asked for, each one is a valid ID of the slot the
-// response names (default layout), and they strictly increase, as a
-// generator mints them (a repeated ID would go to two callers).
-func checkBatch(resp *idgenv1.GetIDBatchResponse, count int) error {
+// response names under the cluster's layout l, and they strictly increase,
+// as a generator mints them (a repeated ID would go to two callers).
+func checkBatch(resp *idgenv1.GetIDBatchResponse, count int, l *knownLayout) error {
 	ids := resp.GetIds()
 	if len(ids) == 0 || (count > 0 && len(ids) != count) {
 		return fmt.Errorf("%w: %d IDs for a request of %d, from node %q", ErrBadBatch, len(ids), count, resp.GetNode())
 	}
-	l := generator.DefaultLayout()
-	maxID, slotMask, slot := l.MaxID(), int64(l.Slots()-1), int64(resp.GetSlot())
+	maxID, slotMask, seqBits, slot := l.maxID, l.slotMask, l.seqBits, int64(resp.GetSlot())
 	for i, id := range ids {
-		if id < 0 || id > maxID || (id>>l.SequenceBits)&slotMask != slot {
-			return fmt.Errorf("%w: ID %d is not an ID of slot %d, from node %q", ErrBadBatch, id, slot, resp.GetNode())
+		if id < 0 || id > maxID || (id>>seqBits)&slotMask != slot {
+			return fmt.Errorf("%w: ID %d is not an ID of slot %d in layout %s, from node %q", ErrBadBatch, id, slot, l.text, resp.GetNode())
 		}
 		if i > 0 && id <= ids[i-1] {
 			return fmt.Errorf("%w: ID %d follows %d (position %d), not strictly increasing, from node %q",

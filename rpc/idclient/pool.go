@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idgen/idgen/generator"
@@ -35,8 +36,15 @@ type PoolOptions struct {
 	CallTimeout time.Duration
 	// Codec, when set, makes NextCode return codes encrypted under its key
 	// (generator.NewCodec) that cannot be walked; nil keeps plain base62.
-	// Decode stored codes with the same codec.
+	// It must be made for the cluster's layout (Client.Layout), or NextCode
+	// fails; CodeKey has the pool make it. Decode stored codes with the same
+	// codec.
 	Codec *generator.Codec
+	// CodeKey (generator.CodeKeySize bytes, ReadCodeKey) and CodeTweak,
+	// instead of Codec: the pool makes the codec itself, for the layout the
+	// cluster serves, so codes have the length that layout gives its IDs.
+	// Pool.Codec returns it, to decode stored codes.
+	CodeKey, CodeTweak []byte
 }
 
 // Pool hands out IDs one at a time from prefetched batches. A background
@@ -58,6 +66,9 @@ type Pool struct {
 	stop      context.CancelFunc
 	done      chan struct{}
 	closeOnce sync.Once
+
+	codecMu sync.Mutex
+	codec   atomic.Pointer[generator.Codec] // made from CodeKey once the layout is known
 }
 
 // NewPool starts prefetching from client at once.
@@ -67,6 +78,16 @@ func NewPool(client *Client, opts PoolOptions) (*Pool, error) {
 	}
 	if opts.BatchSize < 0 || opts.Lookahead < 0 || opts.CallTimeout < 0 {
 		return nil, fmt.Errorf("idclient: invalid pool options %+v", opts)
+	}
+	if opts.CodeKey != nil || opts.CodeTweak != nil {
+		if opts.Codec != nil {
+			return nil, fmt.Errorf("%w: PoolOptions: give Codec or CodeKey, not both", ErrBadOption)
+		}
+		// The key and tweak are checked now, with any layout; the codec is
+		// made once the cluster's is known.
+		if _, err := generator.NewCodec(opts.CodeKey, opts.CodeTweak, generator.DefaultLayout()); err != nil {
+			return nil, fmt.Errorf("%w: PoolOptions.CodeKey: %v", ErrBadOption, err)
+		}
 	}
 	if opts.Lookahead == 0 {
 		opts.Lookahead = DefaultLookahead
@@ -208,17 +229,63 @@ func (p *Pool) takeLocked() (int64, bool) {
 	return id, true
 }
 
-// NextCode returns NextID as the short link's code: encrypted by
-// PoolOptions.Codec when set, else plain base62.
+// NextCode returns NextID as the short link's code: encrypted by the pool's
+// codec (PoolOptions.Codec or CodeKey) when it has one, else plain base62.
+// An encrypted code has the length the cluster's layout gives the ID
+// (generator.CodeLen); a Codec made for another layout is an error
+// wrapping generator.ErrOutOfLayout.
 func (p *Pool) NextCode(ctx context.Context) (string, error) {
 	id, err := p.NextID(ctx)
 	if err != nil {
 		return "", err
 	}
-	if p.opts.Codec != nil {
-		return p.opts.Codec.Encode(id)
+	codec, err := p.Codec()
+	if err != nil {
+		return "", err
+	}
+	if codec != nil {
+		return codec.Encode(id)
 	}
 	return generator.Encode(id), nil
+}
+
+// ErrLayoutUnknown: the cluster's layout is not known yet, since no node has
+// served a batch (Pool.Codec before the first fetch).
+var ErrLayoutUnknown = errors.New("idclient: the cluster's layout is not known yet (no node has served a batch)")
+
+// Codec is the codec NextCode encrypts with, nil for plain base62: Codec of
+// the options, or the one made from CodeKey for the cluster's layout once a
+// node has served a batch (ErrLayoutUnknown before).
+func (p *Pool) Codec() (*generator.Codec, error) {
+	if p.opts.Codec == nil && p.opts.CodeKey == nil && p.opts.CodeTweak == nil {
+		return nil, nil
+	}
+	if c := p.codec.Load(); c != nil {
+		return c, nil
+	}
+	l, ok := p.client.Layout()
+	if !ok {
+		return nil, ErrLayoutUnknown
+	}
+	if c := p.opts.Codec; c != nil {
+		if c.Layout() != l {
+			return nil, fmt.Errorf("%w: PoolOptions.Codec is made for layout %s, and the cluster serves %s: "+
+				"make it with generator.NewCodec(key, tweak, client.Layout()), or give PoolOptions.CodeKey", generator.ErrOutOfLayout, c.Layout(), l)
+		}
+		p.codec.Store(c)
+		return c, nil
+	}
+	p.codecMu.Lock()
+	defer p.codecMu.Unlock()
+	if c := p.codec.Load(); c != nil {
+		return c, nil
+	}
+	c, err := generator.NewCodec(p.opts.CodeKey, p.opts.CodeTweak, l)
+	if err != nil {
+		return nil, fmt.Errorf("idclient: code key: %w", err)
+	}
+	p.codec.Store(c)
+	return c, nil
 }
 
 // Close stops prefetching and waits for the producer to exit. IDs already

@@ -30,13 +30,22 @@ import grpc
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gen"))
 from idgen.v1 import idgen_pb2, idgen_pb2_grpc  # noqa: E402  (generated, scripts/genpy)
 
-__all__ = ["IDPool", "PoolClosed", "BadBatch", "IDTimeout", "encode_base62", "decode_base62", "target"]
+__all__ = ["IDPool", "PoolClosed", "BadBatch", "IDTimeout", "encode_base62", "decode_base62", "target", "layout_bits"]
 
-# The default layout (generator.DefaultLayout): 28 timestamp bits, 3 slot
-# bits, 11 sequence bits. A cluster started with another --layout needs the
-# matching sequence_bits/slot_bits.
-SEQUENCE_BITS = 11
-SLOT_BITS = 3
+# The default layout (generator.DefaultLayout), as the nodes write a layout:
+# what nodes older than GetIDBatchResponse.layout run. A cluster founded with
+# another --layout names its own in every answer, and the pool takes it.
+DEFAULT_LAYOUT = "28/2/1/11 unit=1s epoch=1777939200"
+
+
+def layout_bits(text):
+    """The (timestamp, datacenter, machine, sequence) bits of a layout as the
+    nodes write it ("35/2/1/11 unit=10ms epoch=1777939200")."""
+    parts = text.split()[0].split("/") if text.split() else []
+    bits = tuple(int(p) for p in parts if p.isdigit())
+    if len(parts) != 4 or len(bits) != 4 or sum(bits) > 63 or bits[0] < 1 or bits[3] < 1:
+        raise ValueError("layout %r: want ts/dc/m/seq bits, at most 63 in all, as the nodes write it" % (text,))
+    return bits
 
 # Codes retried on the next node. DEADLINE_EXCEEDED is the paused node;
 # service-config retries never retry it, so the retry is ours.
@@ -57,7 +66,7 @@ class PoolClosed(Exception):
 
 
 class BadBatch(Exception):
-    """A batch that fails the checks (count, slot, strictly increasing)."""
+    """A batch that fails the checks (layout, count, slot, strictly increasing)."""
 
 
 class IDTimeout(Exception):
@@ -129,12 +138,15 @@ class IDPool:
     (150 ms: a few times a LAN's latency). attempts: attempts per fetch, each
     on the next node. buffer_seconds: IDs kept ready, in seconds of the
     current draw rate (at least min_batches batches). batch_size: 0 takes the
-    node's default batch (served from its own buffer). Safe for many threads.
+    node's default batch (served from its own buffer). layout: the cluster's
+    layout, as idctl status prints it, to accept batches of only; None takes
+    the layout the first node serves, and refuses nodes serving another.
+    Safe for many threads.
     """
 
     def __init__(self, addrs, credentials=None, call_timeout=0.150, attempts=3,
                  buffer_seconds=3.0, min_batches=2, batch_size=0,
-                 sequence_bits=SEQUENCE_BITS, slot_bits=SLOT_BITS, options=()):
+                 layout=None, options=()):
         if call_timeout <= 0 or attempts < 1 or buffer_seconds < 0 or min_batches < 1 or batch_size < 0:
             raise ValueError("invalid pool options")
         self._target = target(addrs)
@@ -149,11 +161,12 @@ class IDPool:
         self._buffer_seconds = buffer_seconds
         self._min_batches = min_batches
         self._batch_size = batch_size
-        self._seq_bits = sequence_bits
-        self._slot_mask = (1 << slot_bits) - 1
-        self._max_id = (1 << 63) - 1
 
         self._lock = threading.Lock()
+        self._layout = None       # the cluster's layout text, once known
+        self._layout_from = None  # the node that first served it (None: pinned)
+        if layout is not None:
+            self._learn_layout(layout, None)
         self._have = threading.Condition(self._lock)  # an ID landed, or the fetcher stopped
         self._room = threading.Condition(self._lock)  # the buffer fell under its target, or close
         self._batches = deque()  # fetched lists of IDs; batches[0] is being consumed
@@ -321,10 +334,35 @@ class IDPool:
             self._failed_fetches += 1
         return None, err
 
+    def _learn_layout(self, text, node):
+        ts, dc, m, seq = layout_bits(text)
+        with self._lock:
+            self._layout, self._layout_from = text, node
+            self._seq_bits, self._slot_mask = seq, (1 << (dc + m)) - 1
+            self._max_id = (1 << (ts + dc + m + seq)) - 1
+
+    @property
+    def layout(self):
+        """The cluster's layout as the nodes write it; None until a node has
+        served a batch (or unless one was given)."""
+        with self._lock:
+            return self._layout
+
     def _check(self, resp, ids):
         """The batch checks idclient makes before anyone gets an ID from it:
-        the count asked (any for 0), every ID non-negative and of the slot the
-        response names, strictly increasing."""
+        the layout the pool's cluster has, the count asked (any for 0), every
+        ID inside the layout and of the slot the response names, strictly
+        increasing."""
+        text = resp.layout or DEFAULT_LAYOUT
+        if self._layout is None:
+            try:
+                self._learn_layout(text, resp.node)
+            except ValueError as e:
+                raise BadBatch("node %r names %s" % (resp.node, e))
+        elif text != self._layout:
+            first = "pinned" if self._layout_from is None else "first served by node %r" % (self._layout_from,)
+            raise BadBatch("node %r serves layout %s, and this pool's cluster has layout %s (%s)"
+                           % (resp.node, text, self._layout, first))
         n = self._batch_size
         if not ids or (n and len(ids) != n):
             raise BadBatch("%d IDs for a request of %d, from node %r" % (len(ids), n, resp.node))

@@ -29,7 +29,7 @@ var (
 )
 
 // Node stands in for cluster.Node behind a real rpc.Server. It mints IDs of
-// one slot in the default layout from a counter (the c-th ID at timestamp
+// one slot in the default layout (or SetLayout's) from a counter (the c-th ID at timestamp
 // 1+c/2048, sequence c%2048) and answers History and Members from its View.
 type Node struct {
 	mu      sync.Mutex
@@ -52,6 +52,15 @@ type Node struct {
 // NewNode returns a ready node of slot whose first ID has timestamp 1.
 func NewNode(slot int) *Node {
 	return &Node{slot: slot, layout: generator.DefaultLayout(), ready: true}
+}
+
+// SetLayout makes the node mint under l and report it (the node's
+// cluster's), from timestamp 1; call it before the node serves, as the
+// server keeps the first layout it sees.
+func (f *Node) SetLayout(l generator.Layout) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.layout, f.counter = l, 0
 }
 
 // StartAt makes the next ID's timestamp ts.
@@ -154,6 +163,8 @@ func (f *Node) Members() ([]cluster.MemberInfo, string) {
 
 // Status reports the node's identity, slot and layout.
 func (f *Node) Status() cluster.Status {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	return cluster.Status{ID: f.id, Name: f.name, Slot: f.slot, Layout: f.layout, Ready: true}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
 
+	"github.com/idgen/idgen/generator"
 	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
 	"github.com/idgen/idgen/rpc/idclient"
 )
@@ -38,6 +40,14 @@ func getBatch(c idgenv1.IDServiceClient, count uint32, d time.Duration) (int, er
 	defer cancel()
 	resp, err := c.GetIDBatch(ctx, &idgenv1.GetIDBatchRequest{Count: count})
 	return len(resp.GetIds()), err
+}
+
+// getIDs is getBatch that returns the IDs.
+func getIDs(c idgenv1.IDServiceClient, count uint32, d time.Duration) ([]int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	resp, err := c.GetIDBatch(ctx, &idgenv1.GetIDBatchRequest{Count: count})
+	return resp.GetIds(), err
 }
 
 // firstID asks n for one ID every 10 ms until it answers and returns how
@@ -104,18 +114,24 @@ func perCall(addr string, tcfg *tls.Config, count uint32, d time.Duration) (time
 	return time.Since(start) / time.Duration(calls), nil
 }
 
-// flatOut draws as fast as the nodes serve, two callers per node asking 50
-// IDs at a time. It first draws until every node has made a call wait over
-// 200 ms (its burst is spent) and for at least 8 s (at most limit), then
-// counts the IDs received for d. It returns that rate and, per node, the IDs it served before its
-// first wait.
-func flatOut(nodes []*proc, d, limit time.Duration) (float64, []int64) {
-	const count = 50
+// flatOut draws as fast as the nodes serve, two callers per node asking
+// count IDs at a time (50 for the default layout's 2048 a second). It first
+// draws for at least 8 s (at most limit) and until every node's burst is
+// spent: the IDs it serves are stamped at the front of what a node may
+// stamp, max-ahead past now (a fresh cluster's are from its first ID; an
+// idle node's window ends a lead past now). Then it counts the IDs
+// received for d. It returns that rate and, per node, the IDs it served
+// before its first call held over 200 ms (waiting for room). A zero layout
+// (a bare server) skips the wait for the front.
+func flatOut(nodes []*proc, d, limit time.Duration, count uint32, l generator.Layout, maxAhead time.Duration) (float64, []int64) {
 	var wg sync.WaitGroup
 	var counting, stop atomic.Bool
 	var total atomic.Int64
+	counted := make([]atomic.Int64, len(nodes))
+	failed := make([]atomic.Int64, len(nodes))
 	bursts := make([]atomic.Int64, len(nodes))
 	waited := make([]atomic.Bool, len(nodes))
+	front := make([]atomic.Int64, len(nodes)) // the latest ID's time, Unix ns
 	for i, n := range nodes {
 		for range 2 {
 			wg.Add(1)
@@ -128,45 +144,78 @@ func flatOut(nodes []*proc, d, limit time.Duration) (float64, []int64) {
 				defer done()
 				for !stop.Load() {
 					t0 := time.Now()
-					got, err := getBatch(c, count, 3*time.Second)
+					ids, err := getIDs(c, count, 3*time.Second)
 					if err != nil {
+						// A node that cannot serve is not spun on.
+						failed[i].Add(1)
+						time.Sleep(10 * time.Millisecond)
 						continue
 					}
+					got := len(ids)
 					// A node out of room holds a call until its next
-					// unit (up to a second); 200 ms is no scheduling delay.
+					// grant; 200 ms is no scheduling delay.
 					if time.Since(t0) > 200*time.Millisecond {
 						waited[i].Store(true)
 					}
 					if !waited[i].Load() {
 						bursts[i].Add(int64(got))
 					}
+					if l.Unit > 0 && got > 0 {
+						if p, err := l.Decompose(ids[got-1]); err == nil {
+							front[i].Store(p.Time.UnixNano())
+						}
+					}
 					if counting.Load() {
 						total.Add(int64(got))
+						counted[i].Add(int64(got))
 					}
 				}
 			}()
 		}
 	}
-	// The nodes' prefetch buffers (5 batches of 1000) fill from the same
-	// window in the first seconds; the rate is the one after that.
+	// The nodes' prefetch buffers fill from the same window in the first
+	// seconds; the rate is the one after that.
 	begun := time.Now()
-	waitUntil(limit, func() bool {
+	margin := time.Second + l.Unit
+	spent := waitUntil(limit, func() bool {
 		if time.Since(begun) < 8*time.Second {
 			return false
 		}
-		for i := range waited {
-			if !waited[i].Load() {
+		for i := range front {
+			if l.Unit > 0 && time.Unix(0, front[i].Load()).Before(time.Now().Add(maxAhead-margin)) {
 				return false
 			}
 		}
 		return true
 	})
+	// ahead is how far past now each node's latest ID is stamped; at the
+	// cap its change over the count is the grants' lag, not lost IDs.
+	ahead := func(i int, at time.Time) time.Duration { return time.Unix(0, front[i].Load()).Sub(at) }
 	counting.Store(true)
 	t1 := time.Now()
+	ahead1 := make([]time.Duration, len(nodes))
+	for i := range nodes {
+		ahead1[i] = ahead(i, t1)
+	}
 	time.Sleep(d)
 	counting.Store(false)
-	rate := float64(total.Load()) / time.Since(t1).Seconds()
+	t2 := time.Now()
+	el := t2.Sub(t1).Seconds()
+	rate := float64(total.Load()) / el
 	stop.Store(true)
+	per := make([]string, len(nodes))
+	for i, n := range nodes {
+		per[i] = fmt.Sprintf("%s %.0f (%d failed calls", n.name, float64(counted[i].Load())/el, failed[i].Load())
+		if l.Unit > 0 {
+			per[i] += fmt.Sprintf(", stamping %s ahead at the start, %s at the end", ahead1[i].Round(time.Millisecond), ahead(i, t2).Round(time.Millisecond))
+		}
+		per[i] += ")"
+	}
+	note := ""
+	if !spent && l.Unit > 0 {
+		note = " (a burst was not spent in time: the rate may count some of it)"
+	}
+	fmt.Fprintf(os.Stderr, "perf: flat out, counted from %.1fs%s: IDs/s per node: %s\n", t1.Sub(begun).Seconds(), note, strings.Join(per, ", "))
 	wg.Wait()
 	out := make([]int64, len(nodes))
 	for i := range bursts {
@@ -214,11 +263,12 @@ func poolRun(target string, rate int, d, warm, faultAt time.Duration, fault func
 			go fault()
 		}
 		owed += perStep
+		// One bound for the step's draws: at hundreds of thousands a second
+		// a context each would cost the load more than the draws.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		for ; owed >= 1; owed-- {
 			t0 := time.Now()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_, err := pool.NextID(ctx)
-			cancel()
 			if err != nil {
 				failed++
 				continue
@@ -231,6 +281,7 @@ func poolRun(target string, rate int, d, warm, faultAt time.Duration, fault func
 				}
 			}
 		}
+		cancel()
 	}
 	slices.Sort(lat)
 	return lat, failed, nil

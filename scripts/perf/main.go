@@ -3,7 +3,7 @@
 // and prints one table in which each figure stands beside a baseline
 // measured in the same run.
 //
-//	perf --bin DIR          (DIR holds idgend; scripts/bench builds it)
+//	perf --bin DIR [--only PART] [--keep]   (DIR holds idgend; scripts/bench builds it)
 //	perf serve KIND ADDR [TLSDIR]   (internal: a benchmark server process)
 package main
 
@@ -56,6 +56,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("perf", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	bin := fs.String("bin", "", "directory holding the idgend binary to measure")
+	only := fs.String("only", "", "run one part: calls, lone, three, eight or fast (default: all)")
+	keep := fs.Bool("keep", false, "keep the nodes' data and logs (printed at the end)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -65,6 +67,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if *bin == "" {
 		return fmt.Errorf("%w: --bin DIR is required (the directory holding idgend)", errUsage)
 	}
+	if !slices.Contains([]string{"", "calls", "lone", "three", "eight", "fast"}, *only) {
+		return fmt.Errorf("%w: --only %q: want calls, lone, three, eight or fast", errUsage, *only)
+	}
 	idgend := filepath.Join(*bin, "idgend")
 	if st, err := os.Stat(idgend); err != nil || st.IsDir() {
 		return fmt.Errorf("%w: no idgend binary in --bin %s", errUsage, *bin)
@@ -73,7 +78,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	b := &bench{idgend: idgend, root: root, log: stderr}
+	b := &bench{idgend: idgend, root: root, log: stderr, only: *only}
 	defer b.cleanup()
 	if err := b.all(); err != nil {
 		fmt.Fprintf(stderr, "perf: logs kept in %s\n", root)
@@ -81,6 +86,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	b.print(stdout)
+	if *keep {
+		b.keep = true
+		fmt.Fprintf(stderr, "perf: logs kept in %s\n", root)
+	}
 	return nil
 }
 
@@ -96,6 +105,13 @@ type bench struct {
 	keep         bool
 	bareRSS      int64         // a bare gRPC server's resident set after its benchmark
 	bareStart    time.Duration // a bare gRPC server's start to its first answer
+	only         string        // --only: the one part to run
+	// nodeArgs are added to every idgend started (the fast layout's flags).
+	nodeArgs []string
+	// defaultPool and defaultCPU are the default layout's Pool latencies
+	// (no fault) and CPU per node at its cap, the fast layout's baselines.
+	defaultPool []time.Duration
+	defaultCPU  float64
 }
 
 func (b *bench) add(what, value, baseline, ratio string) {
@@ -125,9 +141,15 @@ func us(d time.Duration) string { return fmt.Sprintf("%.1f us", float64(d)/float
 func ratio(a, b float64) string { return fmt.Sprintf("%.2fx", a/b) }
 
 func (b *bench) all() error {
-	steps := []func() error{b.calls, b.lone, b.three, b.eight}
+	steps := []struct {
+		name string
+		run  func() error
+	}{{"calls", b.calls}, {"lone", b.lone}, {"three", b.three}, {"eight", b.eight}, {"fast", b.fast}}
 	for _, s := range steps {
-		if err := s(); err != nil {
+		if b.only != "" && s.name != b.only {
+			continue
+		}
+		if err := s.run(); err != nil {
 			return err
 		}
 	}

@@ -23,6 +23,7 @@ func TestRunRefusesBadArguments(t *testing.T) {
 		"idgend a directory":   {"--bin", dir},
 		"serve too short":      {"serve", "bare"},
 		"serve unknown kind":   {"serve", "fancy", "127.0.0.1:0"},
+		"unknown part":         {"--bin", dir, "--only", "nine"},
 	} {
 		if err := run(args, io.Discard, io.Discard); !errors.Is(err, errUsage) {
 			t.Errorf("%s: %v, want a usage error", name, err)

@@ -5,11 +5,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idgen/idgen/cluster"
 	"github.com/idgen/idgen/generator"
 )
 
 // perSlot is the layout's cap: IDs a second one slot can issue.
 var perSlot = float64(generator.DefaultLayout().SequencePerUnit())
+
+// quantiles the Pool's latency is reported at.
+var quantiles = []struct {
+	name string
+	q    float64
+}{{"p50", 0.5}, {"p99", 0.99}, {"p99.9", 0.999}, {"max", 1}}
 
 // startLimit bounds every wait for a start in this run.
 const startLimit = 30 * time.Second
@@ -40,6 +47,7 @@ func (b *bench) node(name string, expect int) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
+	n.args = append(n.args, b.nodeArgs...)
 	b.procs = append(b.procs, n)
 	return n, nil
 }
@@ -63,7 +71,7 @@ func (b *bench) startTimes(what string, n *proc, since time.Time, goal time.Dura
 // sustained draws flat out until the nodes' bursts are spent, then for d,
 // and reports IDs a second against the layout's cap for the nodes.
 func (b *bench) sustained(nodes []*proc, d time.Duration) []int64 {
-	rate, bursts := flatOut(nodes, d, 20*time.Second)
+	rate, bursts := flatOut(nodes, d, 20*time.Second, 50, generator.DefaultLayout(), cluster.DefaultLead+cluster.DefaultMaxSkew)
 	limit := perSlot * float64(len(nodes))
 	b.add(fmt.Sprintf("sustained IDs/s, %d node(s), flat out", len(nodes)), fmt.Sprintf("%.0f", rate),
 		fmt.Sprintf("layout cap %.0f", limit), fmt.Sprintf("%.1f%%", 100*rate/limit))
@@ -212,10 +220,8 @@ func (b *bench) three() error {
 		return fmt.Errorf("no leader found to kill")
 	}
 	what := fmt.Sprintf("Pool NextID at %d IDs/s (80%% of 3 nodes' cap)", rate)
-	for _, q := range []struct {
-		name string
-		q    float64
-	}{{"p50", 0.5}, {"p99", 0.99}, {"p99.9", 0.999}, {"max", 1}} {
+	b.defaultPool = base
+	for _, q := range quantiles {
 		b.add(fmt.Sprintf("%s through a leader kill, %s", what, q.name), us(quantile(lat, q.q)),
 			"no fault "+us(quantile(base, q.q)), ratio(float64(quantile(lat, q.q)), float64(max(quantile(base, q.q), 1))))
 	}
@@ -237,6 +243,7 @@ func (b *bench) three() error {
 	// an idle node holds 5 to 10 s of IDs.
 	b.add("burst before the first wait, IDs per node (mean of 3)", fmt.Sprintf("%.0f", mean(bursts)),
 		fmt.Sprintf("half the lead to the lead: %.0f..%.0f", 5*perSlot, 10*perSlot), ratio(mean(bursts), 10*perSlot))
+	b.defaultCPU = mean(cpu)
 	b.add("CPU per node at the cap (share of one core, mean of 3)", fmt.Sprintf("%.1f%%", 100*mean(cpu)),
 		fmt.Sprintf("idle %.1f%%", 100*mean(idleCPU)), "")
 	b.add("RSS per node at the cap (largest, mean of 3)", mib(mean(rss)),

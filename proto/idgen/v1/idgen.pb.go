@@ -75,7 +75,12 @@ type GetIDBatchResponse struct {
 	Node string `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
 	// ID of the node that served the call (its Raft server ID), so a checker can
 	// hold each ID to that node's own tenures.
-	NodeId        string `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	NodeId string `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The cluster's ID layout, the one its log's first entry records, as
+	// StatusResponse.layout writes it ("28/2/1/11 unit=1s epoch=1777939200"):
+	// clients check the IDs against it. Empty from nodes older than the field,
+	// which run the default layout.
+	Layout        string `protobuf:"bytes,5,opt,name=layout,proto3" json:"layout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -134,6 +139,13 @@ func (x *GetIDBatchResponse) GetNode() string {
 func (x *GetIDBatchResponse) GetNodeId() string {
 	if x != nil {
 		return x.NodeId
+	}
+	return ""
+}
+
+func (x *GetIDBatchResponse) GetLayout() string {
+	if x != nil {
+		return x.Layout
 	}
 	return ""
 }
@@ -1233,12 +1245,13 @@ const file_idgen_v1_idgen_proto_rawDesc = "" +
 	"\n" +
 	"\x14idgen/v1/idgen.proto\x12\bidgen.v1\")\n" +
 	"\x11GetIDBatchRequest\x12\x14\n" +
-	"\x05count\x18\x01 \x01(\rR\x05count\"k\n" +
+	"\x05count\x18\x01 \x01(\rR\x05count\"\x83\x01\n" +
 	"\x12GetIDBatchResponse\x12\x14\n" +
 	"\x03ids\x18\x01 \x03(\x03B\x02\x10\x01R\x03ids\x12\x12\n" +
 	"\x04slot\x18\x02 \x01(\rR\x04slot\x12\x12\n" +
 	"\x04node\x18\x03 \x01(\tR\x04node\x12\x17\n" +
-	"\anode_id\x18\x04 \x01(\tR\x06nodeId\"\x10\n" +
+	"\anode_id\x18\x04 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06layout\x18\x05 \x01(\tR\x06layout\"\x10\n" +
 	"\x0eMembersRequest\"\xc4\x02\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +

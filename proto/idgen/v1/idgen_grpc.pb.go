@@ -26,7 +26,8 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// IDService hands out unique 42-bit Snowflake IDs in batches.
+// IDService hands out unique Snowflake IDs in batches (42 bits in the
+// default layout; GetIDBatchResponse.layout says how the cluster's are made).
 type IDServiceClient interface {
 	// GetIDBatch returns count unique IDs minted by the serving node.
 	// A call without a deadline is refused with InvalidArgument.
@@ -55,7 +56,8 @@ func (c *iDServiceClient) GetIDBatch(ctx context.Context, in *GetIDBatchRequest,
 // All implementations must embed UnimplementedIDServiceServer
 // for forward compatibility.
 //
-// IDService hands out unique 42-bit Snowflake IDs in batches.
+// IDService hands out unique Snowflake IDs in batches (42 bits in the
+// default layout; GetIDBatchResponse.layout says how the cluster's are made).
 type IDServiceServer interface {
 	// GetIDBatch returns count unique IDs minted by the serving node.
 	// A call without a deadline is refused with InvalidArgument.

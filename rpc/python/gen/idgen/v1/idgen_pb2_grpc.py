@@ -6,7 +6,8 @@ from idgen.v1 import idgen_pb2 as idgen_dot_v1_dot_idgen__pb2
 
 
 class IDServiceStub(object):
-    """IDService hands out unique 42-bit Snowflake IDs in batches.
+    """IDService hands out unique Snowflake IDs in batches (42 bits in the
+    default layout; GetIDBatchResponse.layout says how the cluster's are made).
     """
 
     def __init__(self, channel):
@@ -23,7 +24,8 @@ class IDServiceStub(object):
 
 
 class IDServiceServicer(object):
-    """IDService hands out unique 42-bit Snowflake IDs in batches.
+    """IDService hands out unique Snowflake IDs in batches (42 bits in the
+    default layout; GetIDBatchResponse.layout says how the cluster's are made).
     """
 
     def GetIDBatch(self, request, context):
@@ -50,7 +52,8 @@ def add_IDServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class IDService(object):
-    """IDService hands out unique 42-bit Snowflake IDs in batches.
+    """IDService hands out unique Snowflake IDs in batches (42 bits in the
+    default layout; GetIDBatchResponse.layout says how the cluster's are made).
     """
 
     @staticmethod
