@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"github.com/idgen/idgen/scripts/harness"
 	"reflect"
 	"strings"
 	"testing"
@@ -70,7 +71,7 @@ func TestLeaderLossKeepsOthersIssuing(t *testing.T) {
 	tc := startThree(t)
 	names := []string{"a", "b", "c"}
 	var old string
-	waitFor(t, 10*time.Second, "a leader", func() bool { old = leaderOf(tc, names...); return old != "" })
+	harness.WaitFor(t, 10*time.Second, "a leader", func() bool { old = leaderOf(tc, names...); return old != "" })
 	for _, name := range names {
 		tc.issue(tc.node(name), 500)
 	}
@@ -81,7 +82,7 @@ func TestLeaderLossKeepsOthersIssuing(t *testing.T) {
 			rest = append(rest, name)
 		}
 	}
-	waitFor(t, 20*time.Second, "a new leader", func() bool { l := leaderOf(tc, rest...); return l != "" && l != old })
+	harness.WaitFor(t, 20*time.Second, "a new leader", func() bool { l := leaderOf(tc, rest...); return l != "" && l != old })
 	// Keep issuing on the survivors for longer than one lead, so each needs
 	// new grants from the new leader.
 	deadline := time.Now().Add(tc.node(rest[0]).cfg.Lead + 2*time.Second)
@@ -129,7 +130,7 @@ func TestWipedDataDirIsANewNode(t *testing.T) {
 		t.Fatal("a wiped data dir reused the old node ID")
 	}
 	tc.issue(tc.node("c"), 2000)
-	waitFor(t, 20*time.Second, "old identity removed from raft", func() bool {
+	harness.WaitFor(t, 20*time.Second, "old identity removed from raft", func() bool {
 		members, _ := tc.node("a").Members()
 		for _, m := range members {
 			if m.ID == oldID && m.RaftRole != "none" {
@@ -147,7 +148,7 @@ func TestFiveVotersThenNonvoters(t *testing.T) {
 		tc.add(name, 1, "a")
 		tc.start(name)
 	}
-	waitFor(t, 40*time.Second, "5 voters and 1 non-voter", func() bool {
+	harness.WaitFor(t, 40*time.Second, "5 voters and 1 non-voter", func() bool {
 		members, _ := tc.node("a").Members()
 		voters, nonvoters := 0, 0
 		for _, m := range members {
@@ -171,7 +172,7 @@ func TestCutOffNodeStopsWhenWindowUsedUp(t *testing.T) {
 	tc := startThree(t)
 	names := []string{"a", "b", "c"}
 	var leader string
-	waitFor(t, 10*time.Second, "a leader", func() bool { leader = leaderOf(tc, names...); return leader != "" })
+	harness.WaitFor(t, 10*time.Second, "a leader", func() bool { leader = leaderOf(tc, names...); return leader != "" })
 	var lone string
 	for _, name := range names {
 		if name != leader {
@@ -212,7 +213,7 @@ func TestCutOffNodeStopsWhenWindowUsedUp(t *testing.T) {
 	}
 	// It stays ready for grantGrace after the leader last answered (a node at
 	// the layout's rate gets room within a unit), then reports why not.
-	waitFor(t, 5*time.Second, "the cut-off node with its window used up to report not ready", func() bool {
+	harness.WaitFor(t, 5*time.Second, "the cut-off node with its window used up to report not ready", func() bool {
 		ok, reason := n.Ready()
 		return !ok && strings.Contains(reason, "no room")
 	})
@@ -224,7 +225,7 @@ func TestRestartOnNewAddressKeepsSlot(t *testing.T) {
 	last := tc.issue(tc.node("c"), 2000)
 	tc.stop("c")
 	s := tc.specs["c"]
-	s.cfg.RaftAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	s.cfg.RaftAddr = fmt.Sprintf("127.0.0.1:%d", harness.NextPort(t))
 	s.cfg.RaftAdvertise = ""
 	tc.start("c")
 	waitReady(t, tc.node("c"))
@@ -237,7 +238,7 @@ func TestRestartOnNewAddressKeepsSlot(t *testing.T) {
 			t.Logf("last view: %s", seen)
 		}
 	}()
-	waitFor(t, 45*time.Second, "the raft configuration to carry the new address", func() bool {
+	harness.WaitFor(t, 45*time.Second, "the raft configuration to carry the new address", func() bool {
 		name := leaderOf(tc, "a", "b", "c")
 		if name == "" {
 			seen = "no leader"
@@ -281,7 +282,7 @@ func TestLaggingNodeCatchesUpFromSnapshot(t *testing.T) {
 		waitReady(t, tc.node(name))
 	}
 	var lagger string
-	waitFor(t, 10*time.Second, "a follower to stop", func() bool {
+	harness.WaitFor(t, 10*time.Second, "a follower to stop", func() bool {
 		l := leaderOf(tc, "a", "b", "c")
 		for _, name := range []string{"a", "b", "c"} {
 			if l != "" && name != l {
@@ -296,7 +297,7 @@ func TestLaggingNodeCatchesUpFromSnapshot(t *testing.T) {
 	// Write enough entries for the leader to snapshot and compact past
 	// everything the stopped node has.
 	var leader *Node
-	waitFor(t, 20*time.Second, "the leader to snapshot past the stopped node", func() bool {
+	harness.WaitFor(t, 20*time.Second, "the leader to snapshot past the stopped node", func() bool {
 		leader = tc.node(leaderOf(tc, "a", "b", "c"))
 		if leader == nil || leader.Name() == lagger {
 			return false
@@ -313,11 +314,11 @@ func TestLaggingNodeCatchesUpFromSnapshot(t *testing.T) {
 	tc.start(lagger)
 	n := tc.node(lagger)
 	waitReady(t, n)
-	waitFor(t, 20*time.Second, "the restarted node to install a snapshot and catch up", func() bool {
+	harness.WaitFor(t, 20*time.Second, "the restarted node to install a snapshot and catch up", func() bool {
 		return n.rs.raft.Stats()["last_snapshot_index"] != "0" && n.rs.raft.AppliedIndex() >= leader.rs.raft.AppliedIndex()-5
 	})
 	// The installed snapshot replaced the state: both now hold the same tenures.
-	waitFor(t, 20*time.Second, "the restarted node's state to match the leader's", func() bool {
+	harness.WaitFor(t, 20*time.Second, "the restarted node's state to match the leader's", func() bool {
 		mine, _ := n.History(context.Background())
 		theirs, _ := leader.History(context.Background())
 		return reflect.DeepEqual(mine, theirs)

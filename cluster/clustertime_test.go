@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"github.com/idgen/idgen/scripts/harness"
 	"strings"
 	"testing"
 	"time"
@@ -100,7 +101,7 @@ func TestLeaderClockJumpLendsNoHour(t *testing.T) {
 	tc := startThree(t, func(c *Config) { c.EnableFaultInjection = true })
 	watch := aheadWatch(tc)
 	var leader string
-	waitFor(t, 10*time.Second, "a leader", func() bool { leader = leaderOf(tc, "a", "b", "c"); return leader != "" })
+	harness.WaitFor(t, 10*time.Second, "a leader", func() bool { leader = leaderOf(tc, "a", "b", "c"); return leader != "" })
 	drawAll(t, tc)
 	if err := tc.node(leader).SetClockOffset(time.Hour); err != nil {
 		t.Fatal(err)
@@ -116,7 +117,7 @@ func TestLeaderClockJumpLendsNoHour(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"a", "b", "c"} {
-		waitFor(t, 20*time.Second, name+" ready again", func() bool {
+		harness.WaitFor(t, 20*time.Second, name+" ready again", func() bool {
 			drawAll(t, tc)
 			if err := watch(); err != nil {
 				t.Fatal(err)
@@ -190,7 +191,7 @@ func TestWindowAheadOfClusterTimeIsReported(t *testing.T) {
 		}
 	}
 	var ahead *Node
-	waitFor(t, 20*time.Second, "a window an hour ahead", func() bool {
+	harness.WaitFor(t, 20*time.Second, "a window an hour ahead", func() bool {
 		for _, name := range names {
 			n := tc.node(name)
 			if n.Layout().Time(n.Status().Granted).Sub(time.Now()) > 50*time.Minute {
@@ -205,7 +206,7 @@ func TestWindowAheadOfClusterTimeIsReported(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 20*time.Second, ahead.Name()+" to report its window ahead of the cluster's time", func() bool {
+	harness.WaitFor(t, 20*time.Second, ahead.Name()+" to report its window ahead of the cluster's time", func() bool {
 		ok, reason := ahead.Ready()
 		return !ok && strings.Contains(reason, "ahead of the cluster's time")
 	})

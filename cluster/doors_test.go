@@ -94,7 +94,7 @@ func TestRaftPortClosesSilentConnections(t *testing.T) {
 	if closed, open := harness.AwaitClosed(conns, deadline); closed != attackers {
 		t.Fatalf("%d of %d silent Raft connections were closed within %v%s; %d were still open", closed, attackers, harness.Scale(bound+2*time.Second), harness.SlowdownNote(), open)
 	}
-	waitFor(t, 10*time.Second, "the goroutine count to come back", func() bool {
+	harness.WaitFor(t, 10*time.Second, "the goroutine count to come back", func() bool {
 		return runtime.NumGoroutine() <= base+40
 	})
 	t.Logf("goroutines: %d before, %d during the attack, %d after", base, during, runtime.NumGoroutine())
@@ -161,7 +161,7 @@ func TestGarbageGossipIsLoggedBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer probe.Shutdown()
-	waitFor(t, 10*time.Second, "the node to answer a keyed ping after the garbage", func() bool {
+	harness.WaitFor(t, 10*time.Second, "the node to answer a keyed ping after the garbage", func() bool {
 		_, err := probe.Ping(n.ID(), target)
 		return err == nil
 	})
@@ -238,7 +238,7 @@ func TestGossipTCPPortCapsSilentStreams(t *testing.T) {
 		}()
 	}
 	closedCount := func() int { mu.Lock(); defer mu.Unlock(); return len(closedAt) }
-	waitFor(t, 5*time.Second, fmt.Sprintf("the %d streams past the cap of %d to be closed", attackers-capStreams, capStreams), func() bool {
+	harness.WaitFor(t, 5*time.Second, fmt.Sprintf("the %d streams past the cap of %d to be closed", attackers-capStreams, capStreams), func() bool {
 		return closedCount() >= attackers-capStreams
 	})
 	if got := closedCount(); got > attackers-capStreams && time.Since(start) < lanTCPTimeout {
@@ -248,7 +248,7 @@ func TestGossipTCPPortCapsSilentStreams(t *testing.T) {
 	if got := closedCount(); got != attackers {
 		t.Fatalf("%d of %d silent gossip streams closed within %v", got, attackers, harness.Scale(lanTCPTimeout+5*time.Second))
 	}
-	waitFor(t, 10*time.Second, "the goroutine count to come back", func() bool {
+	harness.WaitFor(t, 10*time.Second, "the goroutine count to come back", func() bool {
 		return runtime.NumGoroutine() <= base+20
 	})
 	tc.issue(n, 100)
@@ -284,7 +284,7 @@ func TestRefusedRaftPeersAreLoggedBounded(t *testing.T) {
 		t.Fatalf("%d refused Raft connections closed, %d still open after %v", closed, open, limit)
 	}
 	var lines []string
-	waitFor(t, 5*time.Second, "the refusals to be logged", func() bool {
+	harness.WaitFor(t, 5*time.Second, "the refusals to be logged", func() bool {
 		lines = lines[:0]
 		for _, r := range buf.records(t)[before:] {
 			if lvl := r["level"]; r["component"] == "raft" && (lvl == "WARN" || lvl == "ERROR") {

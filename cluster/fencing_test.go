@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"github.com/idgen/idgen/scripts/harness"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +40,7 @@ func (p *pseudoNode) claimData() []byte {
 // enroll makes the pseudo node a server of the cluster (a non-voter at an
 // address nobody listens on): a leader gives slots only to its own servers.
 func (p *pseudoNode) enroll() {
-	waitFor(p.tc.t, 20*time.Second, "x added to raft", func() bool {
+	harness.WaitFor(p.tc.t, 20*time.Second, "x added to raft", func() bool {
 		leader := p.tc.node(leaderOf(p.tc, "a", "b", "c"))
 		return leader != nil && leader.rs.raft.AddNonvoter(raft.ServerID(p.id), "127.0.0.1:1", 0, time.Second).Error() == nil
 	})
@@ -50,7 +51,7 @@ func (p *pseudoNode) deliver(data []byte) (result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var leader *Node
-	waitFor(p.tc.t, 20*time.Second, "a leader", func() bool {
+	harness.WaitFor(p.tc.t, 20*time.Second, "a leader", func() bool {
 		leader = p.tc.node(leaderOf(p.tc, "a", "b", "c"))
 		return leader != nil
 	})
@@ -88,7 +89,7 @@ func TestDelayedClaimNeverExtendsAnOldGenerator(t *testing.T) {
 		upTo := gB.Head() + unitsCeil(DefaultLead, layout.Unit)
 		return x.deliver(x.command(command{Type: cmdReserve, NodeID: x.id, Slot: gB.Slot(), Tenure: r2.Tenure, UpTo: upTo}))
 	}
-	waitFor(t, 10*time.Second, "a grant for gB", func() bool {
+	harness.WaitFor(t, 10*time.Second, "a grant for gB", func() bool {
 		r, err := reserveB()
 		if err == nil {
 			gB.Grant(r.Granted)
@@ -106,7 +107,7 @@ func TestDelayedClaimNeverExtendsAnOldGenerator(t *testing.T) {
 
 	remove := func(id string) {
 		var err error
-		waitFor(t, 20*time.Second, "removal of "+id, func() bool {
+		harness.WaitFor(t, 20*time.Second, "removal of "+id, func() bool {
 			_, _, err = a.Remove(context.Background(), id)
 			return err == nil
 		})
@@ -114,7 +115,7 @@ func TestDelayedClaimNeverExtendsAnOldGenerator(t *testing.T) {
 	remove(x.id)
 	tc.add("y", 1, "a").cfg.MaxSkew, tc.specs["y"].cfg.ReapAfter = time.Minute, time.Hour
 	y := tc.start("y")
-	waitFor(t, 30*time.Second, "y to hold x's old slot", func() bool { return y.Status().Slot == r2.Slot })
+	harness.WaitFor(t, 30*time.Second, "y to hold x's old slot", func() bool { return y.Status().Slot == r2.Slot })
 	waitReady(t, y)
 	for i := 0; i < 3; i++ {
 		tc.issue(y, 2048)
@@ -172,7 +173,7 @@ func TestWipedSeedNeverJoinsItsOldCluster(t *testing.T) {
 	if wiped.ID() == oldID {
 		t.Fatal("a wiped data dir kept its node ID")
 	}
-	waitFor(t, 30*time.Second, "the wiped seed to report the conflict", func() bool {
+	harness.WaitFor(t, 30*time.Second, "the wiped seed to report the conflict", func() bool {
 		_, reason := wiped.Ready()
 		return strings.Contains(reason, oldCluster) && strings.Contains(reason, "cluster conflict")
 	})
@@ -187,7 +188,7 @@ func TestWipedSeedNeverJoinsItsOldCluster(t *testing.T) {
 	// Each node learns of the wiped seed through its own gossip view and
 	// proves it over the authenticated transport on its own; one of the old
 	// cluster's nodes reporting it is the older side reporting it.
-	waitFor(t, 20*time.Second, "the old cluster to report the conflict", func() bool {
+	harness.WaitFor(t, 20*time.Second, "the old cluster to report the conflict", func() bool {
 		for _, name := range []string{"b", "c"} {
 			if cs := tc.node(name).Status().ConflictingClusters; len(cs) == 1 && cs[0] == newCluster {
 				return true

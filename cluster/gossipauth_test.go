@@ -111,7 +111,7 @@ func raftServers(t testing.TB, n *Node) []raft.Server {
 func leaderNode(t testing.TB, tc *testCluster, names ...string) *Node {
 	t.Helper()
 	var leader string
-	waitFor(t, 20*time.Second, "a leader", func() bool { leader = leaderOf(tc, names...); return leader != "" })
+	harness.WaitFor(t, 20*time.Second, "a leader", func() bool { leader = leaderOf(tc, names...); return leader != "" })
 	return tc.node(leader)
 }
 
@@ -171,7 +171,7 @@ func TestGossipOnlyMemberIsNeverInRaft(t *testing.T) {
 			t.Fatalf("intruder %s: joined %d of %d nodes: %v", md.Name, n, len(seeds), err)
 		}
 	}
-	waitFor(t, 20*time.Second, "every node's gossip to show the intruders alive", func() bool {
+	harness.WaitFor(t, 20*time.Second, "every node's gossip to show the intruders alive", func() bool {
 		for _, s := range tc.liveSpecs() {
 			snap := s.node.gossip.snapshot()
 			for id := range intruders {
@@ -320,7 +320,7 @@ func TestGossipCannotForgeAVotersLeave(t *testing.T) {
 			m := leader.gossip.snapshot()[id]
 			return m.State == MemberAlive && !m.Meta.Leaving
 		}
-		waitFor(t, reapAfter+30*time.Second, "the victim alive again, or ReapAfter passed", func() bool {
+		harness.WaitFor(t, reapAfter+30*time.Second, "the victim alive again, or ReapAfter passed", func() bool {
 			if err := stillAVoter(t, leader, id, raftAddr, slot); err != nil {
 				t.Fatalf("round %d, %v after the attack (leader saw the victim left %d times): %v", round,
 					time.Since(t0).Round(time.Millisecond), sawLeft.Load(), err)
@@ -332,7 +332,7 @@ func TestGossipCannotForgeAVotersLeave(t *testing.T) {
 				t.Logf("round %d: victim push-pull: %v", round, err)
 			}
 		}
-		waitFor(t, 30*time.Second, "the victim alive again in the leader's gossip", back)
+		harness.WaitFor(t, 30*time.Second, "the victim alive again in the leader's gossip", back)
 		t.Logf("round %d: the leader has seen the victim left %d times; it was back alive %v after the attack", round, sawLeft.Load(), time.Since(t0).Round(time.Millisecond))
 		if err := stillAVoter(t, leader, id, raftAddr, slot); err != nil {
 			close(stop)
@@ -401,7 +401,7 @@ func TestGossipCannotMoveAVotersRaftAddress(t *testing.T) {
 			t.Logf("round %d: intruder join: %v", round, err)
 		}
 		start := tc.sweeps()
-		waitFor(t, 20*time.Second, "a reconcile sweep", func() bool {
+		harness.WaitFor(t, 20*time.Second, "a reconcile sweep", func() bool {
 			if err := stillAVoter(t, leader, id, raftAddr, slot); err != nil {
 				t.Fatalf("round %d (the leader saw the forged address %d times): %v", round, sawForged.Load(), err)
 			}
@@ -431,14 +431,14 @@ func TestGossipDeadVoterThatAnswersIsKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	var since time.Time
-	waitFor(t, 30*time.Second, "the leader's gossip to show the victim dead", func() bool {
+	harness.WaitFor(t, 30*time.Second, "the leader's gossip to show the victim dead", func() bool {
 		m := leader.gossip.snapshot()[id]
 		since = m.Since
 		return m.State == MemberDead
 	})
 	// Past ReapAfter, then more sweeps.
 	reapAfter := victim.cfg.ReapAfter
-	waitFor(t, reapAfter+20*time.Second, "ReapAfter to pass", func() bool {
+	harness.WaitFor(t, reapAfter+20*time.Second, "ReapAfter to pass", func() bool {
 		if err := stillAVoter(t, leader, id, raftAddr, slot); err != nil {
 			t.Fatalf("before ReapAfter had passed: %v", err)
 		}
@@ -469,7 +469,7 @@ func TestGossipOnlyMemberIsNotABootstrapPeer(t *testing.T) {
 	}
 	// Once a and b see each other and the intruder, three fresh nodes with
 	// --bootstrap-expect 3 are in their gossip: enough for gossip alone.
-	waitFor(t, 20*time.Second, "a and b to see each other and the intruder", func() bool {
+	harness.WaitFor(t, 20*time.Second, "a and b to see each other and the intruder", func() bool {
 		for _, name := range []string{"a", "b"} {
 			snap := tc.node(name).gossip.snapshot()
 			for _, id := range []string{tc.node("a").ID(), tc.node("b").ID(), intruder} {

@@ -98,22 +98,14 @@ func newTestCluster(t testing.TB) *testCluster {
 	return tc
 }
 
-// freePort returns a port free for both TCP and UDP on 127.0.0.1 (memberlist
-// needs both), from below the ephemeral range so that a stopped node can
-// always take it back (harness.NextPort).
-func freePort(t testing.TB) int {
-	t.Helper()
-	return harness.NextPort(t)
-}
-
 // add configures a node; join lists names of nodes whose gossip addresses to join.
 func (tc *testCluster) add(name string, expect int, join ...string) *nodeSpec {
 	tc.t.Helper()
 	cfg := Config{
 		Name:              name,
 		DataDir:           filepath.Join(tc.t.TempDir(), name),
-		RaftAddr:          fmt.Sprintf("127.0.0.1:%d", freePort(tc.t)),
-		GossipAddr:        fmt.Sprintf("127.0.0.1:%d", freePort(tc.t)),
+		RaftAddr:          fmt.Sprintf("127.0.0.1:%d", harness.NextPort(tc.t)),
+		GossipAddr:        fmt.Sprintf("127.0.0.1:%d", harness.NextPort(tc.t)),
 		GRPCAddr:          fmt.Sprintf("grpc-%s:1", name),
 		BootstrapExpect:   expect,
 		Datacenter:        -1,
@@ -168,13 +160,6 @@ func (tc *testCluster) stop(name string) {
 
 func (tc *testCluster) node(name string) *Node { return tc.specs[name].node }
 
-// waitFor polls cond until it holds or the deadline (timeout times
-// IDGEN_TEST_SLOWDOWN, harness.Scale) passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	harness.WaitFor(t, timeout, what, cond)
-}
-
 // waitReady waits up to harness.Scale(30s) for n to be ready.
 func waitReady(t testing.TB, n *Node) {
 	t.Helper()
@@ -224,7 +209,7 @@ func (tc *testCluster) checkContainment() {
 	tc.t.Helper()
 	var tenures []Tenure
 	var layout generator.Layout
-	waitFor(tc.t, 20*time.Second, "history from the leader", func() bool {
+	harness.WaitFor(tc.t, 20*time.Second, "history from the leader", func() bool {
 		for _, s := range tc.liveSpecs() {
 			if s.node.Status().RaftState == "Leader" {
 				h, err := s.node.History(context.Background())

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/idgen/idgen/scripts/harness"
 	"log/slog"
 	"strings"
 	"sync"
@@ -97,7 +98,7 @@ func TestRaftLogsKeepFields(t *testing.T) {
 	s := tc.add("a", 1)
 	s.cfg.Logger = jsonLogger(&buf, slog.LevelInfo)
 	waitReady(t, tc.start("a"))
-	waitFor(t, 10*time.Second, "raft's leader line", func() bool {
+	harness.WaitFor(t, 10*time.Second, "raft's leader line", func() bool {
 		for _, r := range buf.records(t) {
 			if r["component"] == "raft" && r["msg"] == "entering leader state" && r["leader"] != nil {
 				return true

@@ -3,6 +3,7 @@ package cluster
 import (
 	"encoding/json"
 	"errors"
+	"github.com/idgen/idgen/scripts/harness"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,7 +42,7 @@ func TestJoinersTakeTheClusterLayout(t *testing.T) {
 		}
 	}
 	var recorded generator.Layout
-	waitFor(t, 10*time.Second, "b's data dir to record the cluster's layout", func() bool {
+	harness.WaitFor(t, 10*time.Second, "b's data dir to record the cluster's layout", func() bool {
 		raw, err := os.ReadFile(filepath.Join(tc.specs["b"].cfg.DataDir, layoutFile))
 		return err == nil && json.Unmarshal(raw, &recorded) == nil && recorded == fast
 	})

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"github.com/idgen/idgen/scripts/harness"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +25,7 @@ func TestStandbyTakesOverReapedSlot(t *testing.T) {
 	}
 	tc.add("standby", 1, "a")
 	sb := tc.start("standby")
-	waitFor(t, 30*time.Second, "the ninth node to report standby", func() bool {
+	harness.WaitFor(t, 30*time.Second, "the ninth node to report standby", func() bool {
 		_, reason := sb.Ready()
 		return strings.Contains(reason, "standby")
 	})
@@ -48,7 +49,7 @@ func TestStandbyTakesOverReapedSlot(t *testing.T) {
 	last := tc.issue(tc.node(victim), 3000)
 	tc.stop(victim)
 	lastLog := time.Now()
-	waitFor(t, 40*time.Second, "the standby to take the freed slot", func() bool {
+	harness.WaitFor(t, 40*time.Second, "the standby to take the freed slot", func() bool {
 		if time.Since(lastLog) > 5*time.Second {
 			lastLog = time.Now()
 			for _, s := range tc.liveSpecs() {
@@ -85,7 +86,7 @@ func TestLeaveFreesSlot(t *testing.T) {
 	default:
 		t.Fatal("node still running after leave")
 	}
-	waitFor(t, 20*time.Second, "slot freed and node gone from raft", func() bool {
+	harness.WaitFor(t, 20*time.Second, "slot freed and node gone from raft", func() bool {
 		members, _ := tc.node("a").Members()
 		for _, m := range members {
 			if m.ID == c.ID() && (m.Slot >= 0 || m.RaftRole != "none") {
@@ -118,7 +119,7 @@ func TestRemoveRefusesSelfAndUnknown(t *testing.T) {
 	tc.stop("c")
 	var id string
 	var freed int
-	waitFor(t, 20*time.Second, "remove of the crashed node", func() bool {
+	harness.WaitFor(t, 20*time.Second, "remove of the crashed node", func() bool {
 		var err error
 		id, freed, err = a.Remove(ctx, "c")
 		return err == nil || errors.Is(err, ErrUnknownNode)
@@ -137,7 +138,7 @@ func TestLayoutMismatchIsRefused(t *testing.T) {
 	s := tc.add("odd", 1, "a")
 	s.cfg.Layout = other
 	odd := tc.start("odd")
-	waitFor(t, 30*time.Second, "the node to report a layout mismatch", func() bool {
+	harness.WaitFor(t, 30*time.Second, "the node to report a layout mismatch", func() bool {
 		_, reason := odd.Ready()
 		return strings.Contains(reason, "layout mismatch")
 	})
@@ -163,7 +164,7 @@ func TestSkewedNodeIsRefused(t *testing.T) {
 	s := tc.add("skewed", 1, "a")
 	s.cfg.Clock = skewedClock{time.Minute}
 	sk := tc.start("skewed")
-	waitFor(t, 30*time.Second, "the skewed node to report clock skew", func() bool {
+	harness.WaitFor(t, 30*time.Second, "the skewed node to report clock skew", func() bool {
 		_, reason := sk.Ready()
 		return strings.Contains(reason, "clock skew")
 	})
@@ -201,7 +202,7 @@ func TestClockJumpsNeverDuplicate(t *testing.T) {
 		}
 	}
 	var leader string
-	waitFor(t, 10*time.Second, "a leader", func() bool { leader = leaderOf(tc, names...); return leader != "" })
+	harness.WaitFor(t, 10*time.Second, "a leader", func() bool { leader = leaderOf(tc, names...); return leader != "" })
 	// The node with fault injection that is not the leader (a or b), then the
 	// leader if it has fault injection too.
 	var jumpers []*Node
@@ -244,7 +245,7 @@ func TestSkewedLeaderHandsOff(t *testing.T) {
 		tc.issue(tc.node(name), 1000)
 	}
 	var old string
-	waitFor(t, 10*time.Second, "a leader", func() bool { old = leaderOf(tc, names...); return old != "" })
+	harness.WaitFor(t, 10*time.Second, "a leader", func() bool { old = leaderOf(tc, names...); return old != "" })
 	if err := tc.node(old).SetClockOffset(time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +255,7 @@ func TestSkewedLeaderHandsOff(t *testing.T) {
 			rest = append(rest, name)
 		}
 	}
-	waitFor(t, 30*time.Second, "leadership to leave the node whose clock jumped", func() bool {
+	harness.WaitFor(t, 30*time.Second, "leadership to leave the node whose clock jumped", func() bool {
 		l := leaderOf(tc, names...)
 		return l != "" && l != old
 	})
@@ -267,7 +268,7 @@ func TestSkewedLeaderHandsOff(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	waitFor(t, 20*time.Second, "the skewed old leader to report clock skew", func() bool {
+	harness.WaitFor(t, 20*time.Second, "the skewed old leader to report clock skew", func() bool {
 		_, reason := tc.node(old).Ready()
 		return strings.Contains(reason, "clock skew")
 	})

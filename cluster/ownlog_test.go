@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idgen/idgen/scripts/harness"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -103,7 +104,7 @@ func TestWipedLeadersNewClusterLendsNothing(t *testing.T) {
 			d := newDrawer()
 			d.draw(tc.node("b"), 4, 512)
 			d.draw(tc.node("c"), 4, 512)
-			waitFor(t, 20*time.Second, "b and c to issue", func() bool { return d.count() > 20000 })
+			harness.WaitFor(t, 20*time.Second, "b and c to issue", func() bool { return d.count() > 20000 })
 
 			tc.stop("a")
 			tc.specs["a"].cfg.DataDir = t.TempDir() // wiped
@@ -176,7 +177,7 @@ func startSeeded(t *testing.T) *testCluster {
 // waitVoters waits until n's Raft configuration has want voters.
 func waitVoters(t testing.TB, n *Node, want int) {
 	t.Helper()
-	waitFor(t, 20*time.Second, fmt.Sprintf("%d voters", want), func() bool {
+	harness.WaitFor(t, 20*time.Second, fmt.Sprintf("%d voters", want), func() bool {
 		members, _ := n.Members()
 		voters := 0
 		for _, m := range members {
@@ -192,7 +193,7 @@ func waitVoters(t testing.TB, n *Node, want int) {
 // the cluster has some history.
 func startServing(t *testing.T) *testCluster {
 	tc := startSeeded(t)
-	waitFor(t, 30*time.Second, "60 applied entries", func() bool {
+	harness.WaitFor(t, 30*time.Second, "60 applied entries", func() bool {
 		for _, name := range []string{"a", "b", "c"} {
 			tc.issue(tc.node(name), 2048)
 		}
@@ -217,11 +218,11 @@ func TestOutrankedClusterStopsWhateverItsClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	serving := tc.node("b").Status().ClusterID
-	waitFor(t, 20*time.Second, "the newcomer to stop, naming the serving cluster", func() bool {
+	harness.WaitFor(t, 20*time.Second, "the newcomer to stop, naming the serving cluster", func() bool {
 		_, reason := wn.Ready()
 		return strings.Contains(reason, "cluster conflict") && strings.Contains(reason, serving)
 	})
-	waitFor(t, 20*time.Second, "the serving cluster to see the conflict", func() bool {
+	harness.WaitFor(t, 20*time.Second, "the serving cluster to see the conflict", func() bool {
 		return len(tc.node("b").Status().ConflictingClusters) == 1
 	})
 	for _, name := range []string{"a", "b", "c"} {
@@ -248,7 +249,7 @@ func TestWipedSeedsWindowIsFencedInTheOldCluster(t *testing.T) {
 	// Wiped, and on a new gossip address so that the old cluster's join
 	// retries do not find it before it has issued.
 	tc.specs["a"].cfg.DataDir = t.TempDir()
-	tc.specs["a"].cfg.GossipAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	tc.specs["a"].cfg.GossipAddr = fmt.Sprintf("127.0.0.1:%d", harness.NextPort(t))
 	wiped := tc.start("a")
 	waitReady(t, wiped)
 	if slot := wiped.Status().Slot; slot != 0 {
@@ -260,10 +261,10 @@ func TestWipedSeedsWindowIsFencedInTheOldCluster(t *testing.T) {
 	if _, err := wiped.Join([]string{tc.specs["b"].cfg.GossipAddr}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the wiped seed to stop", func() bool { return wiped.Conflict() != nil })
+	harness.WaitFor(t, 20*time.Second, "the wiped seed to stop", func() bool { return wiped.Conflict() != nil })
 	tc.add("d", 1, "b")
 	d := tc.start("d")
-	waitFor(t, 60*time.Second, "d to hold slot 0", func() bool { return d.Status().Slot == 0 })
+	harness.WaitFor(t, 60*time.Second, "d to hold slot 0", func() bool { return d.Status().Slot == 0 })
 	waitReady(t, d)
 	for i := 0; i < 8; i++ {
 		tc.issue(d, 2048)

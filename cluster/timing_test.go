@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"github.com/idgen/idgen/scripts/harness"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -21,7 +22,7 @@ func TestLoneVoterFastElectionAndGrowth(t *testing.T) {
 	for _, phase := range []string{"fresh", "restart"} {
 		a := tc.start("a")
 		start := time.Now()
-		waitFor(t, 10*time.Second, "a leads", leads(a))
+		harness.WaitFor(t, 10*time.Second, "a leads", leads(a))
 		// raft's defaults would take at least 1 s from Open's NewRaft.
 		if d := time.Since(start); d > 850*time.Millisecond {
 			t.Fatalf("%s: lone node led after %s", phase, d)
@@ -41,8 +42,8 @@ func TestLoneVoterFastElectionAndGrowth(t *testing.T) {
 	if hb := b.rs.raft.ReloadableConfig().HeartbeatTimeout; hb != raft.DefaultConfig().HeartbeatTimeout {
 		t.Fatalf("joining node heartbeat timeout %s, want raft's default", hb)
 	}
-	waitFor(t, 30*time.Second, "b a voter", func() bool { return a.rs.otherVoter(raft.ServerID(a.ID())) })
-	waitFor(t, 5*time.Second, "a's timeouts lengthened", func() bool {
+	harness.WaitFor(t, 30*time.Second, "b a voter", func() bool { return a.rs.otherVoter(raft.ServerID(a.ID())) })
+	harness.WaitFor(t, 5*time.Second, "a's timeouts lengthened", func() bool {
 		rc := a.rs.raft.ReloadableConfig()
 		return rc.HeartbeatTimeout == grownTimeout && rc.ElectionTimeout == grownTimeout
 	})
@@ -92,7 +93,7 @@ func TestRestartedLoneSeedKeepsLeader(t *testing.T) {
 		}
 		return v
 	}
-	waitFor(t, 30*time.Second, "a, b and c to be voters", func() bool {
+	harness.WaitFor(t, 30*time.Second, "a, b and c to be voters", func() bool {
 		l := leader()
 		return l != nil && voters(l) == 3
 	})
@@ -140,7 +141,7 @@ func TestRestartedLoneSeedKeepsLeader(t *testing.T) {
 			}
 		}
 		var l *Node
-		waitFor(t, 20*time.Second, "a leader other than a", func() bool {
+		harness.WaitFor(t, 20*time.Second, "a leader other than a", func() bool {
 			l = leader()
 			return l != nil && l.Name() != "a"
 		})
@@ -151,9 +152,9 @@ func TestRestartedLoneSeedKeepsLeader(t *testing.T) {
 		campaigns.Store(0)
 		// From the 9th failure on, the leader waits its cap (half its
 		// heartbeat timeout) between heartbeats to a.
-		waitFor(t, 20*time.Second, "the leader to back off its heartbeats to a", func() bool { return failedHeartbeats.Load() >= 9 })
+		harness.WaitFor(t, 20*time.Second, "the leader to back off its heartbeats to a", func() bool { return failedHeartbeats.Load() >= 9 })
 		last := failedHeartbeats.Load()
-		waitFor(t, 5*time.Second, "another failed heartbeat to a", func() bool { return failedHeartbeats.Load() > last })
+		harness.WaitFor(t, 5*time.Second, "another failed heartbeat to a", func() bool { return failedHeartbeats.Load() > last })
 		a := tc.start("a")
 		if hb, want := a.rs.raft.ReloadableConfig().HeartbeatTimeout, raft.DefaultConfig().HeartbeatTimeout; hb != want {
 			failed = append(failed, fmt.Sprintf("restart %d: a, one of three voters, runs heartbeat timeout %s, want %s", i, hb, want))

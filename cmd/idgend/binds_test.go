@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/idgen/idgen/scripts/harness"
 	"io"
 	"net"
 	"os"
@@ -102,7 +103,7 @@ func TestLocalhostBindsStayOnLoopback(t *testing.T) {
 		*a = "localhost:" + ps
 	}
 	n.start()
-	waitFor(t, 30*time.Second, "the node on localhost binds to be ready", func() bool {
+	harness.WaitFor(t, 30*time.Second, "the node on localhost binds to be ready", func() bool {
 		if !n.running() {
 			t.Fatal("the node exited")
 		}
@@ -137,7 +138,7 @@ func TestLocalhostBindsStayOnLoopback(t *testing.T) {
 	for _, ip := range others {
 		for what, port := range ports {
 			addr := net.JoinHostPort(ip.String(), strconv.Itoa(port))
-			if c, err := net.DialTimeout("tcp", addr, scale(2*time.Second)); err == nil {
+			if c, err := net.DialTimeout("tcp", addr, harness.Scale(2*time.Second)); err == nil {
 				c.Close()
 				t.Errorf("%s port reachable on %s: a localhost bind must stay on loopback", what, addr)
 			}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"github.com/idgen/idgen/scripts/harness"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -52,7 +53,7 @@ func checkCodeRun(t *testing.T, codes []string, ids []int64) {
 func TestTwentyEncryptedCodesInARow(t *testing.T) {
 	n := newNode(t, nodeOpts{name: "codes"})
 	n.start()
-	waitFor(t, 30*time.Second, "ready", n.ready)
+	harness.WaitFor(t, 30*time.Second, "ready", n.ready)
 	target := n.grpc
 	keyPath := filepath.Join(t.TempDir(), "code.key")
 	mustIdctl(t, "keygen", "--out", keyPath)
@@ -102,7 +103,7 @@ func TestTwentyEncryptedCodesInARow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), scale(20*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), harness.Scale(20*time.Second))
 	defer cancel()
 	codes, ids = nil, nil
 	for range 20 {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"errors"
+	"github.com/idgen/idgen/scripts/harness"
 	"net"
 	"net/http"
 	"strings"
@@ -36,7 +37,7 @@ func closedWithin(c net.Conn, limit time.Duration) (time.Duration, bool) {
 func TestAdminPortBoundsSlowClients(t *testing.T) {
 	n := newNode(t, nodeOpts{name: "n1"})
 	n.start()
-	waitFor(t, 30*time.Second, "n1 ready", n.ready)
+	harness.WaitFor(t, 30*time.Second, "n1 ready", n.ready)
 
 	readBound, idleBound := adminReadTimeout, adminIdleTimeout
 	var wg sync.WaitGroup
@@ -54,7 +55,7 @@ func TestAdminPortBoundsSlowClients(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		limit := scale(readBound + 3*time.Second)
+		limit := harness.Scale(readBound + 3*time.Second)
 		if took, ok := closedWithin(c, limit); !ok {
 			t.Errorf("a request with a partial body was still open after %v", took)
 		} else {
@@ -83,7 +84,7 @@ func TestAdminPortBoundsSlowClients(t *testing.T) {
 		if resp.Close {
 			t.Errorf("the server closed a keep-alive connection at once; the test wants it idle")
 		}
-		limit := scale(idleBound + 3*time.Second)
+		limit := harness.Scale(idleBound + 3*time.Second)
 		if took, ok := closedWithin(c, limit); !ok {
 			t.Errorf("an idle keep-alive connection was still open after %v", took)
 		} else {
@@ -102,7 +103,7 @@ func TestAdminPortBoundsSlowClients(t *testing.T) {
 	}
 	big := "GET /healthz HTTP/1.1\r\nHost: idgend\r\nX-Junk: " + strings.Repeat("x", adminMaxHeaderBytes+8<<10) + "\r\n\r\n"
 	go c.Write([]byte(big))
-	_ = c.SetReadDeadline(time.Now().Add(scale(5 * time.Second)))
+	_ = c.SetReadDeadline(time.Now().Add(harness.Scale(5 * time.Second)))
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil || resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
 		t.Fatalf("%d bytes of headers: %v %v, want 431", len(big), resp, err)
@@ -129,13 +130,13 @@ func TestAdminPortBoundsSlowClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer extra.Close()
-	if took, ok := closedWithin(extra, scale(2*time.Second)); !ok {
+	if took, ok := closedWithin(extra, harness.Scale(2*time.Second)); !ok {
 		t.Fatalf("connection %d, past the cap of %d, was still open after %v", adminMaxConns+1, adminMaxConns, took)
 	}
 	for i, c := range held {
-		if took, ok := closedWithin(c, scale(adminReadHeaderTimeout+3*time.Second)); !ok {
+		if took, ok := closedWithin(c, harness.Scale(adminReadHeaderTimeout+3*time.Second)); !ok {
 			t.Fatalf("silent connection %d was still open after %v", i, took)
 		}
 	}
-	waitFor(t, 5*time.Second, "n1 to answer /readyz after the cap", n.ready)
+	harness.WaitFor(t, 5*time.Second, "n1 to answer /readyz after the cap", n.ready)
 }

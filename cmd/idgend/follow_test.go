@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/idgen/idgen/scripts/harness"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ import (
 func drawNodes(c *idclient.Client) map[string]bool {
 	seen := map[string]bool{}
 	for range 9 {
-		ctx, cancel := context.WithTimeout(context.Background(), scale(5*time.Second))
+		ctx, cancel := context.WithTimeout(context.Background(), harness.Scale(5*time.Second))
 		b, err := c.FetchBatch(ctx, 2)
 		cancel()
 		if err == nil {
@@ -35,7 +36,7 @@ func TestFollowedTargetUsesJoinedNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	waitFor(t, 20*time.Second, "n1 and n2 serving the client", func() bool {
+	harness.WaitFor(t, 20*time.Second, "n1 and n2 serving the client", func() bool {
 		s := drawNodes(c)
 		return s["n1"] && s["n2"]
 	})
@@ -54,8 +55,8 @@ func TestFollowedTargetUsesJoinedNode(t *testing.T) {
 
 	n3 := newNode(t, nodeOpts{name: "n3", join: []string{nodes[0].gossip}})
 	n3.start()
-	waitFor(t, 30*time.Second, "n3 ready", n3.ready)
-	waitFor(t, 20*time.Second, "the joined n3 serving the client", func() bool { return drawNodes(c)["n3"] })
+	harness.WaitFor(t, 30*time.Second, "n3 ready", n3.ready)
+	harness.WaitFor(t, 20*time.Second, "the joined n3 serving the client", func() bool { return drawNodes(c)["n3"] })
 
 	mustIdctl(t, "--target", n3.grpc, "leave")
 	if code := n3.wait(20 * time.Second); code != 0 {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"github.com/idgen/idgen/scripts/harness"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,7 +30,7 @@ func TestForwardedCommandOutsideTheLayout(t *testing.T) {
 	n.start()
 	waitReady := func(what string) {
 		t.Helper()
-		waitFor(t, 30*time.Second, "n1 ready "+what, func() bool {
+		harness.WaitFor(t, 30*time.Second, "n1 ready "+what, func() bool {
 			if !n.running() {
 				t.Fatalf("n1 exited %s", what)
 			}
@@ -85,7 +86,7 @@ func TestForwardedCommandOutsideTheLayout(t *testing.T) {
 		})...)},
 		{"claim that does not decode", "decode claim", []byte{0x02, '{', '"'}},
 	} {
-		ctx, cancel := context.WithTimeout(context.Background(), scale(5*time.Second))
+		ctx, cancel := context.WithTimeout(context.Background(), harness.Scale(5*time.Second))
 		_, err := peer.Apply(ctx, &idgenv1.ApplyRequest{Command: tc.command})
 		cancel()
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {

@@ -40,19 +40,6 @@ func TestMain(m *testing.M) {
 
 func bin(name string) string { return filepath.Join(binDir, name) }
 
-// freePorts returns n ports free for TCP and UDP on 127.0.0.1 (gossip uses
-// both), from below the ephemeral range so that a killed node can always
-// take them back, never the same twice in the test process (harness.Ports).
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var p harness.Ports
-	ports := make([]int, n)
-	for i := range ports {
-		ports[i] = p.Next(t)
-	}
-	return ports
-}
-
 // node is one idgend process; scripts/harness runs the process.
 type node struct {
 	p       *harness.Proc // made on first use, so tests may build a node literal
@@ -76,7 +63,7 @@ type nodeOpts struct {
 
 func newNode(t *testing.T, o nodeOpts) *node {
 	t.Helper()
-	p := freePorts(t, 4)
+	p := harness.NextPorts(t, 4)
 	dir := t.TempDir()
 	n := &node{
 		t: t, name: o.name, dataDir: filepath.Join(dir, "data"),
@@ -141,17 +128,6 @@ func (n *node) ready() bool {
 	return code == http.StatusOK
 }
 
-// waitFor polls cond until it holds or the deadline (d times
-// IDGEN_TEST_SLOWDOWN, harness.Scale) passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	harness.WaitFor(t, d, what, cond)
-}
-
-// scale is d times IDGEN_TEST_SLOWDOWN (harness.Scale), for the tests'
-// own deadlines.
-func scale(d time.Duration) time.Duration { return harness.Scale(d) }
-
 // startCluster starts n nodes whose first min(n,3) bootstrap together, and
 // waits until every one of them is ready.
 func startCluster(t *testing.T, n int, extra ...string) []*node {
@@ -174,7 +150,7 @@ func startCluster(t *testing.T, n int, extra ...string) []*node {
 		nd.start()
 	}
 	for _, nd := range nodes {
-		waitFor(t, 30*time.Second, nd.name+" ready", func() bool {
+		harness.WaitFor(t, 30*time.Second, nd.name+" ready", func() bool {
 			if !nd.running() {
 				t.Fatalf("%s exited", nd.name)
 			}

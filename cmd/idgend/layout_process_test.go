@@ -116,7 +116,7 @@ func TestClusterOfAnotherLayout(t *testing.T) {
 	t.Run("a joining node takes the cluster's layout", func(t *testing.T) {
 		n4 := newNode(t, nodeOpts{name: "n4", join: []string{nodes[0].gossip}})
 		n4.start()
-		waitFor(t, 30*time.Second, "n4 ready", func() bool {
+		harness.WaitFor(t, 30*time.Second, "n4 ready", func() bool {
 			if !n4.running() {
 				t.Fatal("n4 exited")
 			}
@@ -148,7 +148,7 @@ func TestClusterOfAnotherLayout(t *testing.T) {
 		// Without a layout it takes the cluster's, from its data dir.
 		n.extra = slices.DeleteFunc(slices.Clone(n.extra), func(a string) bool { return slices.Contains(layoutArgs, a) })
 		n.start()
-		waitFor(t, 30*time.Second, n.name+" ready again", func() bool {
+		harness.WaitFor(t, 30*time.Second, n.name+" ready again", func() bool {
 			if !n.running() {
 				t.Fatalf("%s exited", n.name)
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"github.com/idgen/idgen/scripts/harness"
 	"io"
 	"net/http"
 	"strings"
@@ -77,7 +78,7 @@ func TestMetricsAndLogs(t *testing.T) {
 		}
 	}
 	// A node that does not answer is named, and the command fails.
-	dead := addr(freePorts(t, 1)[0])
+	dead := addr(harness.NextPorts(t, 1)[0])
 	out, errOut, code := idctl(t, "--target", nodes[0].grpc+","+dead, "--timeout", "2s", "version")
 	if code != 1 || !strings.Contains(out, dead) || !strings.Contains(out, "unreachable") || !strings.Contains(errOut, "1 of 2 nodes did not answer") {
 		t.Errorf("idctl version with a dead node: exit %d\n%s\n%s", code, out, errOut)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"github.com/idgen/idgen/scripts/harness"
 	"net"
 	"os"
 	"os/exec"
@@ -90,7 +91,7 @@ func TestThreeNodeCluster(t *testing.T) {
 
 	t.Run("ids from all three slots", func(t *testing.T) {
 		slots := map[int]bool{}
-		waitFor(t, 20*time.Second, "IDs from all three slots", func() bool {
+		harness.WaitFor(t, 20*time.Second, "IDs from all three slots", func() bool {
 			var ids []struct{ Slot int }
 			out := mustIdctl(t, "--target", target, "--json", "ids", "-n", "12", "--batch", "1")
 			if err := json.Unmarshal([]byte(out), &ids); err != nil || len(ids) != 12 {
@@ -171,7 +172,7 @@ func TestThreeNodeCluster(t *testing.T) {
 			t.Fatalf("remove unknown: exit %d: %s", code, errOut)
 		}
 		// Join to an unreachable address.
-		dead := addr(freePorts(t, 1)[0])
+		dead := addr(harness.NextPorts(t, 1)[0])
 		_, errOut, code = idctl(t, "--target", nodes[0].grpc, "--timeout", "20s", "join", dead)
 		if code != 1 || !strings.Contains(errOut, "Unavailable") || !strings.Contains(errOut, "--gossip-addr") {
 			t.Fatalf("join unreachable: exit %d: %s", code, errOut)
@@ -189,7 +190,7 @@ func TestThreeNodeCluster(t *testing.T) {
 			t.Fatalf("fault without --enable-fault-injection: exit %d: %s", code, errOut)
 		}
 		// Nothing changed: still three members, the node still serves.
-		ctx, cancel := context.WithTimeout(context.Background(), scale(5*time.Second))
+		ctx, cancel := context.WithTimeout(context.Background(), harness.Scale(5*time.Second))
 		defer cancel()
 		m, err := admin.Members(ctx, &idgenv1.MembersRequest{})
 		if err != nil || len(m.GetMembers()) != 3 {
@@ -228,7 +229,7 @@ func TestThreeNodeCluster(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for !stop.Load() {
-					ctx, cancel := context.WithTimeout(context.Background(), scale(3*time.Second))
+					ctx, cancel := context.WithTimeout(context.Background(), harness.Scale(3*time.Second))
 					id, err := pool.NextID(ctx)
 					cancel()
 					mu.Lock()
@@ -243,7 +244,7 @@ func TestThreeNodeCluster(t *testing.T) {
 			}()
 		}
 		count := func() int { mu.Lock(); defer mu.Unlock(); return len(drawn) }
-		waitFor(t, 10*time.Second, "the pool to draw IDs", func() bool { return count() > 500 })
+		harness.WaitFor(t, 10*time.Second, "the pool to draw IDs", func() bool { return count() > 500 })
 
 		// Kill the leader: the harder case (an election on top of a lost node).
 		victim := nodes[0]
@@ -256,7 +257,7 @@ func TestThreeNodeCluster(t *testing.T) {
 		victim.kill()
 		atKill := count()
 		// Draw on through the election and well after it.
-		waitFor(t, 20*time.Second, "a new leader among the survivors", func() bool {
+		harness.WaitFor(t, 20*time.Second, "a new leader among the survivors", func() bool {
 			for _, n := range nodes {
 				if n != victim && strings.Contains(mustIdctl(t, "--target", n.grpc, "--json", "status"), `"raft_state": "Leader"`) {
 					return true
@@ -265,7 +266,7 @@ func TestThreeNodeCluster(t *testing.T) {
 			return false
 		})
 		atLeader := count()
-		waitFor(t, 20*time.Second, "2,000 more IDs after the new leader", func() bool { return count() > atLeader+2000 })
+		harness.WaitFor(t, 20*time.Second, "2,000 more IDs after the new leader", func() bool { return count() > atLeader+2000 })
 		stop.Store(true)
 		wg.Wait()
 		if len(failures) > 0 {
@@ -285,7 +286,7 @@ func TestThreeNodeCluster(t *testing.T) {
 		t.Logf("drew %d IDs, %d after killing %s (slot %d), 0 errors", len(drawn), len(drawn)-atKill, victim.name, before.Slot)
 
 		victim.start()
-		waitFor(t, 30*time.Second, victim.name+" ready again", victim.ready)
+		harness.WaitFor(t, 30*time.Second, victim.name+" ready again", victim.ready)
 		after := nodeStatus(t, victim)
 		if after.ID != before.ID || after.Slot != before.Slot {
 			t.Fatalf("restart: id %s slot %d, want id %s slot %d", after.ID, after.Slot, before.ID, before.Slot)
@@ -325,7 +326,7 @@ func TestNinthNodeLeaveRemove(t *testing.T) {
 	nodes := startCluster(t, 8, "--reap-after", "10m")
 	ninth := newNode(t, nodeOpts{name: "n9", join: []string{nodes[0].gossip}})
 	ninth.start()
-	waitFor(t, 30*time.Second, "the ninth node to report standby", func() bool {
+	harness.WaitFor(t, 30*time.Second, "the ninth node to report standby", func() bool {
 		code, body := ninth.readyz()
 		return code == 503 && strings.Contains(body, "standby") && strings.Contains(body, "every slot is owned")
 	})
@@ -348,7 +349,7 @@ func TestNinthNodeLeaveRemove(t *testing.T) {
 	if code := leaver.wait(15 * time.Second); code != 0 {
 		t.Fatalf("%s exited %d after leave, want 0", leaver.name, code)
 	}
-	waitFor(t, 30*time.Second, "the standby to take the freed slot", func() bool {
+	harness.WaitFor(t, 30*time.Second, "the standby to take the freed slot", func() bool {
 		return ninth.ready() && slotOwners(t, nodes[0])[freed] == "n9"
 	})
 
@@ -360,14 +361,14 @@ func TestNinthNodeLeaveRemove(t *testing.T) {
 		ID        string `json:"id"`
 		FreedSlot int    `json:"freed_slot"`
 	}
-	waitFor(t, 30*time.Second, "remove of the killed node", func() bool {
+	harness.WaitFor(t, 30*time.Second, "remove of the killed node", func() bool {
 		out, _, code := idctl(t, "--target", nodes[0].grpc, "--json", "remove", victim.name)
 		return code == 0 && json.Unmarshal([]byte(out), &rm) == nil
 	})
 	if rm.FreedSlot != victimSlot {
 		t.Fatalf("remove freed slot %d, want %d", rm.FreedSlot, victimSlot)
 	}
-	waitFor(t, 10*time.Second, "the slot to show as free", func() bool {
+	harness.WaitFor(t, 10*time.Second, "the slot to show as free", func() bool {
 		_, held := slotOwners(t, nodes[0])[victimSlot]
 		return !held
 	})
@@ -498,9 +499,9 @@ func TestStartErrors(t *testing.T) {
 // ports come from IDGEN_* here (the defaults may be taken on a shared
 // machine) and a flag wins over its variable. SIGTERM stops it with exit 0.
 func TestDefaultsAndEnv(t *testing.T) {
-	p := freePorts(t, 4)
+	p := harness.NextPorts(t, 4)
 	cwd := t.TempDir()
-	decoy := freePorts(t, 1)[0]
+	decoy := harness.NextPorts(t, 1)[0]
 	n := &node{t: t, name: "env", logPath: filepath.Join(cwd, "env.log"), http: addr(p[3]), grpc: addr(p[0])}
 	f, err := os.Create(n.logPath)
 	if err != nil {
@@ -524,7 +525,7 @@ func TestDefaultsAndEnv(t *testing.T) {
 	)
 	n.launch(cmd, f)
 
-	waitFor(t, 30*time.Second, "the node to be ready", func() bool {
+	harness.WaitFor(t, 30*time.Second, "the node to be ready", func() bool {
 		if !n.running() {
 			t.Fatal("idgend exited")
 		}
@@ -555,7 +556,7 @@ func TestDefaultsAndEnv(t *testing.T) {
 func TestFaultClock(t *testing.T) {
 	n := newNode(t, nodeOpts{name: "fault", extra: []string{"--enable-fault-injection"}})
 	n.start()
-	waitFor(t, 30*time.Second, "ready", n.ready)
+	harness.WaitFor(t, 30*time.Second, "ready", n.ready)
 	out := mustIdctl(t, "--target", n.grpc, "--json", "fault", "clock", "--offset", "-60s")
 	if !strings.Contains(out, `"clock_offset_ms": -60000`) {
 		t.Fatalf("fault output %q", out)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/idgen/idgen/scripts/harness"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,7 +46,7 @@ func TestKeyFilesReadableByOthersRefused(t *testing.T) {
 		}
 		if tc.file == tlsKey && tc.mode == 0o644 {
 			// A real start is refused the same way, before the data dir is touched.
-			ports := freePorts(t, 4)
+			ports := harness.NextPorts(t, 4)
 			_, errOut, code := runBin(t, bin("idgend"), append(base, "--grpc-addr", addr(ports[0]), "--raft-addr", addr(ports[1]),
 				"--gossip-addr", addr(ports[2]), "--http-addr", addr(ports[3]))...)
 			if code == 0 || !strings.Contains(errOut, "chmod 600 "+tc.file) {

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"github.com/idgen/idgen/scripts/harness"
 	"net"
 	"os"
 	"path/filepath"
@@ -117,7 +118,7 @@ func TestSecurityFromOutside(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), scale(5*time.Second))
+		ctx, cancel := context.WithTimeout(context.Background(), harness.Scale(5*time.Second))
 		defer cancel()
 		_, err = idgenv1.NewPeerServiceClient(conn).Apply(ctx, &idgenv1.ApplyRequest{Command: []byte{1}})
 		if status.Code(err) != codes.Unavailable {
@@ -139,7 +140,7 @@ func TestSecurityFromOutside(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), scale(5*time.Second))
+			ctx, cancel := context.WithTimeout(context.Background(), harness.Scale(5*time.Second))
 			_, err = idgenv1.NewPeerServiceClient(conn).Apply(ctx, &idgenv1.ApplyRequest{Command: []byte{1}})
 			cancel()
 			conn.Close()
@@ -154,7 +155,7 @@ func TestSecurityFromOutside(t *testing.T) {
 			if !n.running() {
 				t.Fatalf("%s exited after refused calls", n.name)
 			}
-			waitFor(t, 10*time.Second, n.name+" serving after refused calls", n.ready)
+			harness.WaitFor(t, 10*time.Second, n.name+" serving after refused calls", n.ready)
 		}
 	})
 
@@ -248,14 +249,14 @@ func TestSecurityFromOutside(t *testing.T) {
 		var rm struct {
 			FreedSlot int `json:"freed_slot"`
 		}
-		waitFor(t, 30*time.Second, "admin remove of the killed node", func() bool {
+		harness.WaitFor(t, 30*time.Second, "admin remove of the killed node", func() bool {
 			out, _, code := idctlAs(append(admin, "--json"), "remove", victim.name)
 			return code == 0 && json.Unmarshal([]byte(out), &rm) == nil
 		})
 		if rm.FreedSlot != slot || slot < 0 {
 			t.Fatalf("remove freed slot %d, the victim held %d", rm.FreedSlot, slot)
 		}
-		waitFor(t, 10*time.Second, "the removed node's slot to be free", func() bool {
+		harness.WaitFor(t, 10*time.Second, "the removed node's slot to be free", func() bool {
 			return memberSlots(t, nodes[0], admin)[victim.name] == -1
 		})
 	})
@@ -289,7 +290,7 @@ func raftHandshake(t *testing.T, addr string, cfg *tls.Config) error {
 // key exits non-zero before anything is opened, naming --insecure and the
 // TLS flags; with --insecure it starts and warns.
 func TestExposedPlaintextRefused(t *testing.T) {
-	port := freePorts(t, 1)[0]
+	port := harness.NextPorts(t, 1)[0]
 	n := newNode(t, nodeOpts{name: "exposed"})
 	n.grpc = "0.0.0.0:" + strings.TrimPrefix(addr(port), "127.0.0.1:")
 	_, errOut, code := runBin(t, bin("idgend"), n.args()...)
@@ -301,7 +302,7 @@ func TestExposedPlaintextRefused(t *testing.T) {
 	}
 	n.extra = append(n.extra, "--insecure")
 	n.start()
-	waitFor(t, 30*time.Second, "the --insecure node to be ready", n.ready)
+	harness.WaitFor(t, 30*time.Second, "the --insecure node to be ready", n.ready)
 	if !strings.Contains(n.log(), "--insecure: plaintext is allowed") {
 		t.Fatal("no warning logged for --insecure")
 	}

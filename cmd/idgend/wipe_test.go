@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"github.com/idgen/idgen/scripts/harness"
 	"os"
 	"strconv"
 	"strings"
@@ -43,7 +44,7 @@ func drawIDs(t *testing.T, target string, n, batch int) []int64 {
 func TestWipedLoneNodeNeverRepeatsItsBurst(t *testing.T) {
 	n := newNode(t, nodeOpts{name: "lone"})
 	n.start()
-	waitFor(t, 30*time.Second, "lone node ready", n.ready)
+	harness.WaitFor(t, 30*time.Second, "lone node ready", n.ready)
 	first := drawIDs(t, n.grpc, 20000, 5000)
 	seen := make(map[int64]bool, len(first))
 	var lastTS int64
@@ -59,7 +60,7 @@ func TestWipedLoneNodeNeverRepeatsItsBurst(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.start()
-	waitFor(t, 30*time.Second, "wiped lone node ready", n.ready)
+	harness.WaitFor(t, 30*time.Second, "wiped lone node ready", n.ready)
 	again := drawIDs(t, n.grpc, 5000, 1000)
 	repeats := 0
 	for _, id := range again {
@@ -83,7 +84,7 @@ func TestWipedLoneNodeNeverRepeatsItsBurst(t *testing.T) {
 func TestWipedSeedStopsAndIsNeverAdded(t *testing.T) {
 	seed := newNode(t, nodeOpts{name: "seed"})
 	seed.start()
-	waitFor(t, 30*time.Second, "seed ready", seed.ready)
+	harness.WaitFor(t, 30*time.Second, "seed ready", seed.ready)
 	others := []*node{
 		newNode(t, nodeOpts{name: "n2", join: []string{seed.gossip}}),
 		newNode(t, nodeOpts{name: "n3", join: []string{seed.gossip}}),
@@ -92,7 +93,7 @@ func TestWipedSeedStopsAndIsNeverAdded(t *testing.T) {
 		o.start()
 	}
 	for _, o := range others {
-		waitFor(t, 30*time.Second, o.name+" ready", o.ready)
+		harness.WaitFor(t, 30*time.Second, o.name+" ready", o.ready)
 	}
 	var old struct {
 		ClusterID string `json:"cluster_id"`
@@ -101,7 +102,7 @@ func TestWipedSeedStopsAndIsNeverAdded(t *testing.T) {
 		t.Fatalf("status has no cluster_id: %v", err)
 	}
 	// Both joiners must be voters, or the old cluster has no quorum without the seed.
-	waitFor(t, 30*time.Second, "three voters", func() bool {
+	harness.WaitFor(t, 30*time.Second, "three voters", func() bool {
 		voters := 0
 		for _, n := range append([]*node{seed}, others...) {
 			if r := raftRoleOf(t, others[0], nodeStatus(t, n).ID); r == "voter" || r == "leader" {
@@ -117,7 +118,7 @@ func TestWipedSeedStopsAndIsNeverAdded(t *testing.T) {
 	}
 	seed.start()
 	var reason string
-	waitFor(t, 30*time.Second, "the wiped seed to report the conflict", func() bool {
+	harness.WaitFor(t, 30*time.Second, "the wiped seed to report the conflict", func() bool {
 		_, reason = seed.readyz()
 		return strings.Contains(reason, "cluster conflict") && strings.Contains(reason, old.ClusterID)
 	})
@@ -129,7 +130,7 @@ func TestWipedSeedStopsAndIsNeverAdded(t *testing.T) {
 	}
 	defer conn.Close()
 	for _, count := range []uint32{0, 7} {
-		ctx, cancel := context.WithTimeout(context.Background(), scale(5*time.Second))
+		ctx, cancel := context.WithTimeout(context.Background(), harness.Scale(5*time.Second))
 		_, err := idgenv1.NewIDServiceClient(conn).GetIDBatch(ctx, &idgenv1.GetIDBatchRequest{Count: count})
 		cancel()
 		if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "cluster conflict") {

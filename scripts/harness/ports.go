@@ -105,6 +105,16 @@ func NextPort(t testing.TB) int {
 	return port
 }
 
+// NextPorts is n ports from NextPort.
+func NextPorts(t testing.TB, n int) []int {
+	t.Helper()
+	ports := make([]int, n)
+	for i := range ports {
+		ports[i] = NextPort(t)
+	}
+	return ports
+}
+
 func (a *portAllocator) take() (int, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
