@@ -1121,8 +1121,12 @@ func (w *simWorld) step() {
 }
 
 // heartbeat: n learns its cluster's leader; gossip re-adds a removed live member.
+// A node that went down in this step (a leave ends in shutdown) is not live:
+// re-adding it kept a departed voter in the configuration for good, and a
+// lone survivor never had the quorum of clocks its reserves need (seed
+// 42654530852680, TestSimulateKnownSeeds).
 func (w *simWorld) heartbeat(n *simNode) {
-	if n.cl == nil {
+	if n.cl == nil || !n.up {
 		return
 	}
 	if n.cl.leader != nil {
