@@ -202,7 +202,7 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 func TestGossipTCPPortCapsSilentStreams(t *testing.T) {
 	const capStreams, lanTCPTimeout = gossipMaxStreams, 10 * time.Second
 	if d := memberlist.DefaultLANConfig().TCPTimeout; d != lanTCPTimeout {
-		t.Fatalf("memberlist's LAN stream deadline is %v; the README's table says %v", d, lanTCPTimeout)
+		t.Fatalf("memberlist's LAN stream deadline is %v; cmd/idgend/README.md's table says %v", d, lanTCPTimeout)
 	}
 	tc := newTestCluster(t)
 	s := tc.add("a", 1)

@@ -13,7 +13,7 @@ import (
 )
 
 // gossipMaxStreams caps the gossip port's TCP streams open at once
-// (README, "Securing a cluster"). memberlist gives each accepted stream a
+// (cmd/idgend/README.md, "Securing a cluster"). memberlist gives each accepted stream a
 // goroutine and a deadline of its TCPTimeout (10 s, 1 s with the local
 // profile), but no cap: a flood of silent connections would cost a
 // goroutine each for that long. Streams are push/pull exchanges and

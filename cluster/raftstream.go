@@ -25,7 +25,7 @@ const (
 	maxGreetingLine = 128
 )
 
-// The Raft port's bounds (README, "Securing a cluster"). hashicorp/raft
+// The Raft port's bounds (cmd/idgend/README.md, "Securing a cluster"). hashicorp/raft
 // gives every accepted connection a goroutine and a 256 KiB read buffer
 // before it reads a byte, so nothing reaches it before the TLS handshake and
 // the greeting are done: they run in the listener's Accept (door.Gate).

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Default layout (README, "The ID layout and its true limits"): 28 bits of whole seconds since 2026-05-05T00:00:00Z,
+// Default layout (generator/README.md, "The ID layout and its true limits"): 28 bits of whole seconds since 2026-05-05T00:00:00Z,
 // 2 datacenter bits, 1 machine bit, 11 sequence bits.
 const (
 	DefaultEpoch          int64         = 1777939200

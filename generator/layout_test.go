@@ -34,7 +34,7 @@ func TestDefaultLayoutFacts(t *testing.T) {
 	}
 }
 
-// The README's layout section: codes stay at 7 characters until the timestamp passes 214,942,297
+// generator/README.md's layout section: codes stay at 7 characters until the timestamp passes 214,942,297
 // (about 2033-02-24); 62^7 falls inside that second.
 func TestSevenCharacterCodesEnd(t *testing.T) {
 	l := DefaultLayout()

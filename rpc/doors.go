@@ -15,7 +15,7 @@ import (
 	"github.com/idgen/idgen/cluster/door"
 )
 
-// The gRPC port's bounds (README, "Securing a cluster"), beside the
+// The gRPC port's bounds (cmd/idgend/README.md, "Securing a cluster"), beside the
 // per-call ones in auth.go (MaxRequestBytes, MaxHeaderBytes,
 // MaxConcurrentStreams).
 const (

@@ -73,7 +73,7 @@ func TestGRPCPortClosesUnfinishedHandshakes(t *testing.T) {
 // port serves again.
 func TestGRPCConnectionCap(t *testing.T) {
 	if DefaultMaxConnections != 1024 {
-		t.Fatalf("DefaultMaxConnections = %d; the README's table says 1024", DefaultMaxConnections)
+		t.Fatalf("DefaultMaxConnections = %d; cmd/idgend/README.md's table says 1024", DefaultMaxConnections)
 	}
 	const max = 16
 	addr := serveOn(t, ServerConfig{MaxConnections: max})
@@ -151,7 +151,7 @@ func TestGRPCStreamsPerConnectionBounded(t *testing.T) {
 // dials again. The default, 5 minutes, is DefaultMaxConnectionIdle.
 func TestGRPCClosesIdleConnections(t *testing.T) {
 	if DefaultMaxConnectionIdle != 5*time.Minute {
-		t.Fatalf("DefaultMaxConnectionIdle = %v; the README's table says 5m", DefaultMaxConnectionIdle)
+		t.Fatalf("DefaultMaxConnectionIdle = %v; cmd/idgend/README.md's table says 5m", DefaultMaxConnectionIdle)
 	}
 	addr := serveOn(t, ServerConfig{MaxConnectionIdle: 300 * time.Millisecond})
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -1,7 +1,7 @@
 // Package door bounds what a peer that has not proved who it is can hold on
 // a listener: how many connections, for how long, and how many log lines it
 // can cause. The rule, for every listener of idgend: every unauthenticated
-// byte is bounded in time and in memory (README, "Securing a cluster").
+// byte is bounded in time and in memory (cmd/idgend/README.md, "Securing a cluster").
 package door
 
 import (

@@ -9,7 +9,7 @@ import (
 	"github.com/idgen/idgen/cluster/door"
 )
 
-// The HTTP admin port's bounds (README, "Securing a cluster"). The port
+// The HTTP admin port's bounds (cmd/idgend/README.md, "Securing a cluster"). The port
 // serves probes and scrapers with plaintext, short requests and no body, so
 // every bound can be tight: nothing a client sends is held for longer than
 // it takes a probe to be answered.
