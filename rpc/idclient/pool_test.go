@@ -110,17 +110,22 @@ func TestPoolWaitersShareOneBatch(t *testing.T) {
 	// Both callers block on the empty pool while fetches fail. Their own
 	// deadline is far off: a caller that returns at it has waited with IDs
 	// in the pool.
-	errs := startWaiters(p, 2, 20*time.Second)
+	errs := startWaiters(p, 2, harness.Scale(20*time.Second))
 	harness.WaitFor(t, 10*time.Second, "a failed fetch", func() bool { return p.fetchErr() != nil })
 	n.fake.SetReady(true, "")
+	// From ready to served takes a fetch backoff (at most 1 s), the health
+	// watch and one call; 12 s leaves room for a starved 2-core machine (once
+	// 5 s was not enough under two stress-ng workers) and still ends before
+	// the waiters' own 20 s, which is what a waiter left asleep would reach.
+	wait := harness.Scale(12 * time.Second)
 	for i := range 2 {
 		select {
 		case err := <-errs:
 			if err != nil {
 				t.Fatalf("waiter %d: %v", i, err)
 			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("waiter %d still waiting 5s after the batch landed (nine IDs sat in the pool)", i)
+		case <-time.After(wait):
+			t.Fatalf("waiter %d still waiting %v after the node turned ready", i, wait)
 		}
 	}
 	for i := range 8 {
