@@ -58,7 +58,7 @@ func TestBrokenLinksFail(t *testing.T) {
 			"[missing heading](docs/guide.md#no-such-heading)\n" +
 			"[third duplicate](docs/guide.md#ports-flags-and-commands-2)\n" +
 			"[heading in a fence](docs/guide.md#not-a-heading)\n" +
-			"[outside](../shared/SPEC.md)\n" +
+			"[outside](../elsewhere/NOTES.md)\n" +
 			"[own anchor](#nowhere)\n" +
 			"`[in code](nowhere.md)` and\n\n" +
 			"```\n[in a fence](nowhere.md)\n```\n\n" +
@@ -71,7 +71,7 @@ func TestBrokenLinksFail(t *testing.T) {
 		"README.md:4: broken link docs/guide.md#no-such-heading (no heading #no-such-heading in docs/guide.md)",
 		"README.md:5: broken link docs/guide.md#ports-flags-and-commands-2 (no heading #ports-flags-and-commands-2 in docs/guide.md)",
 		"README.md:6: broken link docs/guide.md#not-a-heading (no heading #not-a-heading in docs/guide.md)",
-		"README.md:7: broken link ../shared/SPEC.md (outside the repository)",
+		"README.md:7: broken link ../elsewhere/NOTES.md (outside the repository)",
 		"README.md:8: broken link #nowhere (no heading #nowhere in README.md)",
 	}
 	if strings.Join(problems, "\n") != strings.Join(want, "\n") {
