@@ -218,11 +218,8 @@ func (n *Node) claimFailure(err error) string {
 // own, granted follows the slot's highWater as applied here; once it is not
 // (another node's, a later claim of this node's, or none), the generator
 // stops at once. It reports whether the generator is still running.
-func (n *Node) followLog(g *generator.Generator) bool { return n.follow(g, nil) }
-
-// follow is followLog with the error a reserve just got, if any: it carries
-// out agentStep's decision (decide.go).
-func (n *Node) follow(g *generator.Generator, answerErr error) bool {
+// It carries out agentStep's decision (decide.go).
+func (n *Node) followLog(g *generator.Generator) bool {
 	tenure := n.tenure.Load()
 	var (
 		t           Tenure
@@ -239,7 +236,7 @@ func (n *Node) follow(g *generator.Generator, answerErr error) bool {
 	d := agentStep(agentIn{
 		Tenure: tenure, Running: true, Slot: g.Slot(), Granted: g.Granted(), Head: g.Head(),
 		Own: t, Applied: applied, Held: ok, SlotOwner: owner, SlotTenure: current,
-		AnswerErr: answerErr, Lead: unitsCeil(n.cfg.Lead, g.Layout().Unit),
+		Lead: unitsCeil(n.cfg.Lead, g.Layout().Unit),
 	})
 	if d.Revoke != nil {
 		n.revoke(g, d.Revoke)
@@ -270,21 +267,24 @@ func (n *Node) needsRoom(g *generator.Generator) bool {
 
 // reserve asks for the window up to the issuing point plus the lead. The
 // answer grants nothing by itself: the room is taken from the local replica
-// once it has applied the grant (followLog). An unknown outcome counts as not
-// granted.
+// once it has applied the grant (followLog). A "not owner" stops nothing by
+// itself either: the generator stops when the local replica shows its
+// tenure's end. An unknown outcome counts as not granted.
 func (n *Node) reserve(g *generator.Generator) {
 	upTo := reserveUpTo(g.Head(), unitsCeil(n.cfg.Lead, g.Layout().Unit))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	sent := n.clock.Now()
 	r, err := n.propose(ctx, command{Type: cmdReserve, NodeID: n.id, Slot: g.Slot(), Tenure: n.tenure.Load(), UpTo: upTo})
-	answerErr, grant := reserveAnswered(upTo, r, err)
+	follow, grant := reserveAnswered(upTo, r, err)
 	if grant > g.Granted() {
 		g.Grant(grant) // never: an answer grants nothing by itself (reserveAnswered)
 	}
+	if follow {
+		n.followLog(g)
+	}
 	switch {
 	case err == nil:
-		n.follow(g, answerErr)
 		switch {
 		case r.ClusterTime != 0:
 			n.skew.Store(int64(sent.Sub(time.Unix(0, r.ClusterTime))))
@@ -295,7 +295,10 @@ func (n *Node) reserve(g *generator.Generator) {
 			n.setReason("")
 		}
 	case errors.Is(err, ErrNotOwner):
-		n.follow(g, answerErr)
+		// Only a hint: a deposed leader whose state lacks this tenure's
+		// claim says it too. The replica decides (followLog, above).
+		n.logger.Info("reserve refused as not the slot owner; this node's log decides", "slot", g.Slot(),
+			"tenure", n.tenure.Load(), "err", err)
 	case errors.Is(err, ErrClockSkew):
 		n.setReason(err.Error())
 	default:

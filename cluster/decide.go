@@ -32,11 +32,11 @@ type agentIn struct {
 	Held       bool
 	SlotOwner  string
 	SlotTenure uint64
-	// AnswerErr is the error the agent's last reserve just got, if any. An
-	// answer is a hint, never a grant: the window comes from the replica
-	// alone (DESIGN.md, "A node mints only from its own log"), so a success
-	// carries nothing the step reads; only "not owner" stops the generator.
-	AnswerErr error
+	// (No answer from a leader is an input: an answer is a hint, never a
+	// grant and never a revocation. The window and the tenure's end come
+	// from the replica alone: DESIGN.md, "A node mints only from its own
+	// log".)
+	//
 	// Lead is how far ahead of Head the agent keeps its window, in units.
 	Lead int64
 }
@@ -78,11 +78,6 @@ func agentStep(in agentIn) agentOut {
 		}
 		return agentOut{Wait: true}
 	}
-	if errors.Is(in.AnswerErr, ErrNotOwner) {
-		// The leader's state (past its Barrier) says the tenure is over:
-		// stopping is always safe.
-		return agentOut{Revoke: in.AnswerErr}
-	}
 	var out agentOut
 	granted := in.Granted
 	switch {
@@ -104,17 +99,20 @@ func agentStep(in agentIn) agentOut {
 }
 
 // reserveAnswered is what the agent takes from the answer (r, err) to its
-// reserve up to upTo: the error agentStep is to hear (only "not owner",
-// which stops the generator), and the grant the answer itself is worth,
-// which is none. A success is a hint (the window comes from the replica once
-// it has applied the grant, DESIGN.md "A node mints only from its own log"),
-// and any other error is an unknown outcome: the reserve may have been
-// applied, but counted as not granted it costs nothing but room.
-func reserveAnswered(upTo int64, r result, err error) (answerErr error, grant int64) {
-	if errors.Is(err, ErrNotOwner) {
-		return err, 0
-	}
-	return nil, 0
+// reserve up to upTo: whether to read its replica again now (the answer says
+// something changed: a grant, or "not owner"), and the grant the answer
+// itself is worth, which is none. Both kinds of answer are hints (DESIGN.md,
+// "A node mints only from its own log"): a success is followed by the
+// replica once it has applied the grant, and a "not owner" by the replica
+// once it shows the tenure's end. Until then the generator runs on inside
+// the window its own log granted, which is safe: a later tenure of the slot
+// starts above every window granted before it. (The old agent stopped on
+// "not owner", and a deposed leader whose state lacked the claim could say
+// it of a valid tenure.) Any other error is an unknown outcome: the reserve
+// may have been applied, but counted as not granted it costs nothing but
+// room.
+func reserveAnswered(upTo int64, r result, err error) (follow bool, grant int64) {
+	return err == nil || errors.Is(err, ErrNotOwner), 0
 }
 
 // roomLow: less than half the lead is left between the issuing point and the

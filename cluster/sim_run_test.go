@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"flag"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -22,8 +23,8 @@ func TestSimulate(t *testing.T) {
 	if *simSeed >= 0 {
 		w := newSimWorld(*simSeed, simFaults{}, nil)
 		err := w.run()
-		t.Logf("seed %d: %d nodes, %d events, %d clusters, %d IDs checked, live again %v after the faults stopped, %d false revokes by deposed leaders",
-			*simSeed, len(w.nodes), w.events, len(w.cls), w.minted, w.settled().Round(time.Millisecond), w.falseRevokes)
+		t.Logf("seed %d: %d nodes, %d events, %d clusters, %d IDs checked, live again %v after the faults stopped",
+			*simSeed, len(w.nodes), w.events, len(w.cls), w.minted, w.settled().Round(time.Millisecond))
 		if err != nil || testing.Verbose() {
 			t.Logf("last events:\n%s", w.traceText())
 		}
@@ -42,7 +43,7 @@ func TestSimulate(t *testing.T) {
 	}
 	t.Logf("seeds %d.. (at most %d seeds or %v)", first, seeds, budget)
 	start := time.Now()
-	var events, minted, clusters, falseRevokes int
+	var events, minted, clusters int
 	var settle, worst time.Duration // time from the faults' end to liveness for good
 	var worstSeed int64
 	n := 0
@@ -55,7 +56,6 @@ func TestSimulate(t *testing.T) {
 		events += w.events
 		minted += w.minted
 		clusters += len(w.cls)
-		falseRevokes += w.falseRevokes
 		if d := w.settled(); d > worst {
 			worst, worstSeed = d, seed
 		}
@@ -66,7 +66,6 @@ func TestSimulate(t *testing.T) {
 		n, el.Round(time.Millisecond), float64(n)/el.Seconds(), events/max(n, 1), minted/max(n, 1), float64(clusters)/float64(max(n, 1)))
 	t.Logf("live again after the faults stopped: %v on average, at most %v (seed %d; the bound is %v)",
 		(settle / time.Duration(max(n, 1))).Round(time.Millisecond), worst.Round(time.Millisecond), worstSeed, simLiveBound)
-	t.Logf("generators stopped by a deposed leader's false \"not owner\": %d in %d schedules", falseRevokes, n)
 }
 
 // simSeedsToFailure runs seeds from first until one fails, at most limit; it
@@ -114,5 +113,47 @@ func TestSimulateKnownSeeds(t *testing.T) {
 		if err := w.run(); err != nil {
 			t.Errorf("seed %d (%s): %v\nlast events:\n%s", k.seed, k.found, err, w.traceText())
 		}
+	}
+}
+
+// TestNotOwnerAnswerIsAHint: a "not owner" answer to a reserve, while the
+// node's own replica shows its tenure as its slot's current one, leaves the
+// generator running (DESIGN.md, "A node mints only from its own log": an
+// answer is a hint, and so is a refusal). Such answers are real: a deposed
+// leader whose state lacks the claim its successor committed gives them.
+// The old agent revoked on it; the simulator counted two such stops in about
+// 117,000 schedules.
+func TestNotOwnerAnswerIsAHint(t *testing.T) {
+	w := newSimWorld(1, simFaults{}, func(c *simConfig) { c.crash, c.wipe, c.jump, c.elect, c.remove, c.leave = 0, 0, 0, 0, 0, 0 })
+	var n *simNode
+	for i := 0; i < 5000 && n == nil && w.err == nil; i++ {
+		w.step()
+		for _, m := range w.nodes {
+			if m.gen != nil && m.cl.leader != m {
+				n = m
+			}
+		}
+	}
+	if n == nil {
+		t.Fatalf("no follower runs a generator after %d events (err %v)\n%s", w.events, w.err, w.traceText())
+	}
+	slot, tenure := n.gen.Slot(), n.tenure
+	c := command{Type: cmdReserve, NodeID: n.id, Slot: slot, Tenure: tenure, UpTo: n.gen.Granted() + 10}
+	w.answered(n, c, result{}, fmt.Errorf("%w: node %s does not hold slot %d under tenure %d", ErrNotOwner, n.id, slot, tenure))
+	if w.err != nil {
+		t.Fatalf("%v\n%s", w.err, w.traceText())
+	}
+	if n.gen == nil || n.tenure != tenure {
+		t.Fatalf("%s's generator of tenure %d stopped on a \"not owner\" answer while its replica holds the tenure\n%s", n.name(), tenure, w.traceText())
+	}
+	// The replica still decides: once it shows the tenure ended, the
+	// generator stops.
+	if _, res := w.appendEntry(n.cl, command{Type: cmdRelease, NodeID: n.id, Tenure: tenure, ClusterID: n.cl.id}); res != (result{Slot: slot}) {
+		t.Fatalf("release of tenure %d: %v", tenure, res)
+	}
+	n.catchUp(len(n.cl.log))
+	w.follow(n)
+	if n.gen != nil {
+		t.Fatalf("%s's generator runs on after its replica shows tenure %d released", n.name(), tenure)
 	}
 }

@@ -157,10 +157,6 @@ type simNode struct {
 	// next one is due (0: none).
 	initWait, initAt time.Duration
 
-	// answerDeposed: the answer being carried out comes from a deposed
-	// leader (one that does not know it yet).
-	answerDeposed bool
-
 	// leaving: 1 while its Release is on its way, 2 once released and
 	// waiting for the leader to remove it (Leave); 0 otherwise.
 	leaving int
@@ -211,8 +207,6 @@ type simMsg struct {
 	life    int
 	r       result
 	err     error
-	// deposed: the answer comes from a leader that had been deposed.
-	deposed bool
 }
 
 // simEvent is one line of the trace, formatted only when the trace is
@@ -241,9 +235,6 @@ type simWorld struct {
 	traceN int
 	err    error
 
-	// falseRevokes counts generators stopped by a deposed leader's false
-	// "not owner".
-	falseRevokes int
 	// quietAt: when faults stopped (0: not yet); unliveAt: the last time
 	// the liveness check found a problem in the quiet phase.
 	quietAt, unliveAt time.Duration
@@ -481,6 +472,15 @@ func (w *simWorld) handle(l *simNode, c command) (result, error) {
 	if d.Handoff && current {
 		w.handoff(l)
 	}
+	if current && errors.Is(d.Err, ErrNotOwner) && l.cl.truth.state.holds(c.NodeID, c.Slot, c.Tenure) {
+		// A deposed leader may not know the claims its successor committed,
+		// but the current one answers from its whole log (past its
+		// Barrier): a false "not owner" from it is a leader reading a stale
+		// state. No ID is at risk (the agent takes the answer as a hint),
+		// but every such answer is a reserve wasted.
+		w.fail("%s, the current leader of %s, answered \"not owner\" to the reserve of %s for slot %d tenure %d, "+
+			"which its cluster's log shows as current: %v", l.name(), l.cl.id, c.NodeID, c.Slot, c.Tenure, d.Err)
+	}
 	if d.Err != nil {
 		return result{}, d.Err
 	}
@@ -556,7 +556,6 @@ func (w *simWorld) propose(n *simNode, c command) (later bool, r result, err err
 	c.ClusterID = in.Own
 	switch rt, err := proposeRoute(in); rt {
 	case routeLocal:
-		n.answerDeposed = n.cl.leader != n
 		r, err = w.handle(n, c)
 		return false, r, err
 	case routeRefuse:
@@ -608,10 +607,9 @@ func (w *simWorld) deliver() bool {
 		return true
 	}
 	if m.forward {
-		deposed := n.cl != nil && n.cl.leader != n
 		r, err := w.applyForwarded(n, m.c)
 		w.logf("%s answers %s of %s: %+v %v", n.name(), m.c.Type, m.c.nodeID(), r, err)
-		w.send(&simMsg{to: m.from, from: n.addr, req: m.req, life: m.life, r: r, err: err, deposed: deposed})
+		w.send(&simMsg{to: m.from, from: n.addr, req: m.req, life: m.life, r: r, err: err})
 		return true
 	}
 	if n.life != m.life || n.pending == nil || n.pending.id != m.req {
@@ -620,7 +618,6 @@ func (w *simWorld) deliver() bool {
 	c := n.pending.c
 	n.pending = nil
 	r, err := m.r, m.err
-	n.answerDeposed = m.deposed
 	if err == nil && !w.cfg.faults.trustAnswers {
 		err = acceptAnswer(n.ownCluster(), fmt.Sprint(m.from), r)
 	}
@@ -647,14 +644,16 @@ func (w *simWorld) answered(n *simNode, c command, r result, err error) {
 		if n.gen == nil || c.Tenure != n.tenure {
 			return
 		}
-		answerErr, grant := reserveAnswered(c.UpTo, r, err)
+		follow, grant := reserveAnswered(c.UpTo, r, err)
 		if err == nil && w.cfg.faults.trustAnswers {
 			grant = r.Granted
 		}
 		if grant > n.gen.Granted() {
 			n.gen.Grant(grant)
 		}
-		w.follow(n, answerErr)
+		if follow {
+			w.follow(n)
+		}
 	case cmdRelease:
 		// Leave: a release refused as "not owner" needs none (the slot moved
 		// on); any other error ends the leave and the node serves on.
@@ -720,35 +719,25 @@ func (w *simWorld) reserve(n *simNode, upTo int64) {
 }
 
 // follow runs agentStep for the running generator and carries it out
-// (agent.go's follow).
-func (w *simWorld) follow(n *simNode, answerErr error) agentOut {
+// (agent.go's followLog).
+func (w *simWorld) follow(n *simNode) agentOut {
 	g := n.gen
 	s := n.replica.state
 	t, applied, ok := ownTenure(s, n.id, n.tenure)
 	in := agentIn{Tenure: n.tenure, Running: true, Slot: g.Slot(), Granted: g.Granted(), Head: g.Head(),
-		Own: t, Applied: applied, Held: ok, AnswerErr: answerErr, Lead: unitsCeil(simLead, simUnit)}
+		Own: t, Applied: applied, Held: ok, Lead: unitsCeil(simLead, simUnit)}
 	if g.Slot() < len(s.Slots) {
 		in.SlotOwner, in.SlotTenure = s.Slots[g.Slot()].Owner, s.Slots[g.Slot()].Tenure
 	}
 	d := agentStep(in)
 	if d.Revoke != nil {
 		sl := n.cl.truth.state.Slots[g.Slot()] // (not holds: the checker reads the log itself)
-		falseAlarm := sl.Owner == n.id && sl.Tenure == n.tenure
-		if falseAlarm && answerErr != nil && n.answerDeposed {
-			// A deposed leader's state may lack the very claim that opened
-			// the tenure (committed by its successor): its "not owner" can
-			// be false, and costs the generator (not a duplicate: stopping
-			// is always safe). Counted, not failed: DESIGN.md, "The
-			// simulator".
-			w.falseRevokes++
-			falseAlarm = false
-		}
-		if falseAlarm && !w.cfg.faults.adoptForwards {
-			// Stopping is always safe, but a generator whose tenure is its
-			// slot's current one in the log was stopped by a false "not
-			// owner" of a current leader (its state lacks committed
-			// entries: answered before its Barrier). (With forwards adopted
-			// across clusters the answer may be another cluster's.)
+		if sl.Owner == n.id && sl.Tenure == n.tenure && !w.cfg.faults.adoptForwards {
+			// Stopping is always safe, but only the replica may stop a
+			// generator, and a replica is a prefix of the log: a tenure
+			// current in the log is current in every replica. (With
+			// forwards adopted across clusters the replica may be another
+			// cluster's.)
 			w.fail("%s's generator of tenure %d on slot %d revoked while that tenure is its slot's current one in %s's log: %v",
 				n.name(), n.tenure, g.Slot(), n.cl.id, d.Revoke)
 		}
@@ -794,7 +783,7 @@ func (w *simWorld) agent(n *simNode) {
 			w.answered(n, c, r, err)
 		}
 	default:
-		d := w.follow(n, nil)
+		d := w.follow(n)
 		if n.gen != nil && d.Reserve && w.now-n.lastReserve >= minReserveGap {
 			n.lastReserve = w.now
 			w.reserve(n, d.UpTo)
@@ -821,13 +810,17 @@ func (w *simWorld) produce(n *simNode) {
 	n.buf = append(n.buf, simBatchOf{ids: ids, cl: n.cl, nodeID: n.id, tenure: n.tenure, slot: n.gen.Slot()})
 }
 
-// takeBuffered is rpc's takeBuffered: a node that met an older cluster
-// drops its buffer and hands out nothing; any other hands out its oldest
-// batch, ready or not (batches were minted inside a granted window, so they
-// stay safe after a revoke).
+// takeBuffered is rpc's takeBuffered: generator.TakeRuleFor decides from
+// the node's conflict, readiness (a running generator) and buffer. Drop
+// empties the buffer; Wait and Briefly hand out the oldest batch if there is
+// one (nothing blocks in the world: a caller that would wait takes nothing
+// now); Refuse hands out nothing.
 func (w *simWorld) takeBuffered(n *simNode) (simBatchOf, bool) {
-	if n.conflict {
+	switch generator.TakeRuleFor(n.conflict, n.gen != nil, len(n.buf)) {
+	case generator.TakeDrop:
 		n.buf = nil
+		return simBatchOf{}, false
+	case generator.TakeRefuse:
 		return simBatchOf{}, false
 	}
 	if len(n.buf) == 0 {

@@ -69,6 +69,43 @@ func (b *Buffer) Len() int { return len(b.ch) }
 // Cap returns the buffer's depth.
 func (b *Buffer) Cap() int { return cap(b.ch) }
 
+// TakeRule is how a node hands out a batch of its prefetch buffer, decided
+// from three facts about the node alone (TakeRuleFor). rpc's GetIDBatch
+// carries it out, and the cluster's protocol simulator calls the same
+// function, so what it checks is what ships.
+type TakeRule int
+
+const (
+	// TakeRefuse: hand out nothing and refuse at once, so the caller tries
+	// another node (not ready, nothing buffered).
+	TakeRefuse TakeRule = iota
+	// TakeDrop: the node met an older cluster. Its windows may overlap that
+	// cluster's, so every buffered batch is dropped and nothing is handed out.
+	TakeDrop
+	// TakeBriefly: the node is not ready, but batches are buffered. They were
+	// minted inside a window the node's log granted, so they stay safe to
+	// hand out after a revoke: take the oldest, waiting only a moment.
+	TakeBriefly
+	// TakeWait: the node is ready: take the oldest batch, waiting for one for
+	// as long as the caller does.
+	TakeWait
+)
+
+// TakeRuleFor decides how a node hands out a buffered batch: conflict is
+// whether it met an older cluster, ready whether it serves now, buffered
+// how many batches its buffer holds.
+func TakeRuleFor(conflict, ready bool, buffered int) TakeRule {
+	switch {
+	case conflict:
+		return TakeDrop
+	case ready:
+		return TakeWait
+	case buffered > 0:
+		return TakeBriefly
+	}
+	return TakeRefuse
+}
+
 // Backoff between failed mint attempts: doubling from the minimum, capped, and
 // reset by a success. A failing mint (revoked slot, exhausted window) thus
 // costs a few calls per second, not a busy loop.

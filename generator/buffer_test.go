@@ -206,3 +206,26 @@ func TestBufferDrainDropsReadyBatches(t *testing.T) {
 		t.Fatalf("second drain dropped %d", n)
 	}
 }
+
+// TestTakeRuleFor: a node that met an older cluster drops its buffer whatever
+// else holds; a ready one waits; one that is not ready hands out only what
+// it has buffered, and refuses when it has nothing.
+func TestTakeRuleFor(t *testing.T) {
+	for _, tc := range []struct {
+		conflict, ready bool
+		buffered        int
+		want            TakeRule
+	}{
+		{true, true, 3, TakeDrop},
+		{true, false, 3, TakeDrop},
+		{true, false, 0, TakeDrop},
+		{false, true, 0, TakeWait},
+		{false, true, 2, TakeWait},
+		{false, false, 2, TakeBriefly},
+		{false, false, 0, TakeRefuse},
+	} {
+		if got := TakeRuleFor(tc.conflict, tc.ready, tc.buffered); got != tc.want {
+			t.Errorf("TakeRuleFor(conflict %v, ready %v, buffered %d) = %d, want %d", tc.conflict, tc.ready, tc.buffered, got, tc.want)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/generator"
 	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
 )
 
@@ -59,36 +60,39 @@ func (h *idService) GetIDBatch(ctx context.Context, req *idgenv1.GetIDBatchReque
 	return &idgenv1.GetIDBatchResponse{Ids: ids, Slot: uint32(slot), Node: s.cfg.NodeName, NodeId: s.cfg.NodeID, Layout: layout.text}, nil
 }
 
-// takeBuffered takes one batch from the buffer. Batches there were minted
-// inside a granted window, so they stay safe to hand out after the node loses
-// readiness; but a node that is not ready does not make the caller wait for
-// new ones, it answers Unavailable so the client retries another node.
+// takeBuffered takes one batch from the buffer, as generator.TakeRuleFor
+// decides: a node that met an older cluster drops its buffer and hands out
+// nothing (its window may overlap the older cluster's); a ready one waits for
+// a batch as long as the caller does; one that is not ready hands out what
+// it has buffered (minted inside a granted window, so still safe), waiting
+// only notReadyTakeWait, and otherwise answers Unavailable so the client
+// retries another node.
 func (s *Server) takeBuffered(ctx context.Context) ([]int64, int, error) {
-	// A node that met an older cluster hands out nothing it minted: its
-	// window may overlap the older cluster's.
-	if err := s.issuer.Conflict(); err != nil {
+	conflict := s.issuer.Conflict()
+	ready, reason := s.issuer.Ready()
+	switch generator.TakeRuleFor(conflict != nil, ready, s.buf.Len()) {
+	case generator.TakeDrop:
 		s.buf.Drain()
-		return nil, -1, err
-	}
-	if ok, reason := s.issuer.Ready(); !ok {
-		notReady := fmt.Errorf("%w: %s", cluster.ErrNotReady, reason)
-		if s.buf.Len() == 0 {
-			return nil, -1, notReady
-		}
-		short, cancel := context.WithTimeout(ctx, notReadyTakeWait)
-		defer cancel()
-		ids, err := s.buf.Take(short)
+		return nil, -1, conflict
+	case generator.TakeWait:
+		ids, err := s.buf.Take(ctx)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil, -1, err
-			}
-			return nil, -1, notReady
+			return nil, -1, err
 		}
 		return s.withSlot(ids)
 	}
-	ids, err := s.buf.Take(ctx)
+	notReady := fmt.Errorf("%w: %s", cluster.ErrNotReady, reason)
+	if s.buf.Len() == 0 { // TakeRefuse, or the buffer emptied meanwhile
+		return nil, -1, notReady
+	}
+	short, cancel := context.WithTimeout(ctx, notReadyTakeWait)
+	defer cancel()
+	ids, err := s.buf.Take(short)
 	if err != nil {
-		return nil, -1, err
+		if ctx.Err() != nil {
+			return nil, -1, err
+		}
+		return nil, -1, notReady
 	}
 	return s.withSlot(ids)
 }
