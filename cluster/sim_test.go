@@ -7,19 +7,24 @@ package cluster
 // reserveAnswered), the leader's (handleCheck, leaderCheck, appliedResult,
 // leaderAnswer, initCommand, establishNext), the way between them
 // (proposeRoute, forwardCheck, acceptAnswer) and cluster time (clockBook,
-// clusterTime). Raft, the transport and gossip are modelled: one committed
-// log per cluster, replicas that lag, elections, deposed leaders that still
+// clusterTime), and Raft's snapshots (fsm.Snapshot, Persist, Restore). Raft,
+// the transport and gossip are modelled: one log per cluster that commits
+// only with a quorum, replicas that lag or install the leader's snapshot,
+// restarts from a snapshot, elections, deposed and paused leaders that still
 // answer, failed Inits, forwards and answers that are delayed, lost,
 // duplicated and reordered, and delivered to whoever listens at an address
-// now; nodes leave, and keep a prefetch buffer. After the faults a quiet
+// now; nodes pause, leave, and keep a prefetch buffer (generator.TakeRuleFor). After the faults a quiet
 // phase checks liveness. Every choice comes from one seeded math/rand
 // source, so a seed replays its run exactly.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand"
+	"reflect"
 	"sort"
 	"strings"
 	"time"
@@ -67,8 +72,8 @@ var simLayout = generator.Layout{Epoch: generator.DefaultEpoch, Unit: simUnit, T
 // to prove that the checker reports what they break.
 type simFaults struct {
 	// adoptForwards: a leader answers forwards from any cluster as if they were
-	// its own (no identity checks on either side), and its Raft configuration
-	// takes in whoever claims; trustAnswers: the agent starts and extends its
+	// its own (no identity checks on either side), and gives a slot to whoever
+	// claims, member or not; trustAnswers: the agent starts and extends its
 	// generator from answers, not from its replica. Together they are the
 	// wiped leader's duplicate of DESIGN.md, "A node mints only from its own log".
 	adoptForwards bool
@@ -87,7 +92,7 @@ type simConfig struct {
 	nodes  int
 	events int
 	// per-event weights of the fault events
-	crash, wipe, jump, elect, remove, leave float64
+	crash, wipe, jump, elect, remove, leave, pause float64
 	// wipeNewCluster: chance that a wiped node bootstraps a cluster of its own.
 	wipeNewCluster float64
 	loss, dup      float64
@@ -106,7 +111,7 @@ func newSimConfig(r *rand.Rand) simConfig {
 		nodes:  3 + r.Intn(3),
 		events: 1500 + r.Intn(1500),
 		crash:  0.3 + r.Float64(), wipe: 0.2 * r.Float64(), jump: 0.5 * r.Float64(),
-		elect: 0.5 + r.Float64(), remove: 0.4 * r.Float64(), leave: 0.3 * r.Float64(),
+		elect: 0.5 + r.Float64(), remove: 0.4 * r.Float64(), leave: 0.3 * r.Float64(), pause: 0.4 * r.Float64(),
 		wipeNewCluster: r.Float64(),
 		loss:           0.1 * r.Float64(), dup: 0.1 * r.Float64(),
 		initFail: 0.8 * r.Float64(),
@@ -139,10 +144,19 @@ type simNode struct {
 	id     string
 	up     bool
 	offset time.Duration // this node's clock minus real time
+	// pausedAt, pausedUntil: the process is stopped (a GC pause, SIGSTOP, a
+	// stalled VM) from pausedAt until pausedUntil: it keeps its state but
+	// does nothing, and messages to it wait.
+	pausedAt, pausedUntil time.Duration
 
 	cl      *simCluster
 	replica *fsm
 	applied int // entries of cl.log applied to replica
+	// snap is the node's latest Raft snapshot (fsm.Snapshot and Persist of
+	// its replica), covering the log up to snapAt; nil for none. A restart
+	// restores it and applies the rest of the log as replication brings it.
+	snap   []byte
+	snapAt int
 
 	// conflict: the node's cluster met an older one; it stops for good.
 	// (Gossip is not modelled: clients never reach a younger cluster before
@@ -345,14 +359,19 @@ func (w *simWorld) establish(l *simNode) {
 	var err error
 	if l.replica.state.Layout == nil {
 		c := initCommand(simLayout, fmt.Sprintf("%s-%08x", l.cl.id, w.r.Uint32()), l.clock().Now(), simMaxAhead)
-		failed := w.quietAt == 0 && w.r.Float64() < w.cfg.initFail
-		if !failed || w.r.Intn(2) == 0 {
+		quorum := w.quorum(l.cl)
+		failed := !quorum || (w.quietAt == 0 && w.r.Float64() < w.cfg.initFail)
+		if quorum && (!failed || w.r.Intn(2) == 0) {
 			idx, res := w.appendEntry(l.cl, c)
 			l.catchUp(int(idx))
 			_, err = appliedResult(c.Type, idx, res)
 			w.logf("%s commits init of %s at %d: %v", l.name(), c.ClusterID, idx, res)
 		}
-		if failed {
+		switch {
+		case !quorum:
+			err = fmt.Errorf("raft apply %s: %w", c.Type, raft.ErrLeadershipLost)
+			w.stepDown(l)
+		case failed:
 			err = fmt.Errorf("raft apply %s: %w", c.Type, raft.ErrEnqueueTimeout)
 		}
 	}
@@ -397,7 +416,7 @@ func (n *simNode) catchUp(upTo int) {
 
 func (w *simWorld) elect(c *simCluster, n *simNode) {
 	if old := c.leader; old != nil && old != n && old.up {
-		old.deposedUntil = w.now + time.Duration(w.r.Int63n(int64(1500*time.Millisecond)))
+		w.depose(old)
 	}
 	c.term++
 	c.leader = n
@@ -422,7 +441,7 @@ func (w *simWorld) barrier(n *simNode) {
 // believesLeader: n acts as a leader (the current one, or deposed and not
 // knowing it yet).
 func (n *simNode) believesLeader() bool {
-	return n.up && n.cl != nil && (n.cl.leader == n || n.w.now < n.deposedUntil)
+	return n.awake() && n.cl != nil && (n.cl.leader == n || n.w.now < n.deposedUntil)
 }
 
 func (n *simNode) ownCluster() string { return n.replica.state.ClusterID }
@@ -454,8 +473,7 @@ func (w *simWorld) handle(l *simNode, c command) (result, error) {
 	now := l.clock().Now()
 	in := leaderIn{Now: now, Member: c.Type != cmdClaim || l.member(c.Node.ID), MaxAhead: simMaxAhead, MaxSkew: simMaxSkew}
 	if c.Type == cmdClaim && !in.Member && w.cfg.faults.adoptForwards {
-		l.cl.members = append(l.cl.members, c.Node.ID)
-		in.Member = true
+		in.Member = true // (a voter it cannot reach would cost it its quorum)
 	}
 	real := w.base.Add(w.now)
 	if reportsClock(c, in.Member) {
@@ -487,10 +505,16 @@ func (w *simWorld) handle(l *simNode, c command) (result, error) {
 	if !d.Propose {
 		return d.Answer, nil
 	}
+	if current && !w.quorum(l.cl) {
+		// Raft commits nothing without a quorum of its configuration; the
+		// leader steps down when its lease runs out.
+		w.stepDown(l)
+		return leaderAnswer(d, result{}), fmt.Errorf("raft apply %s: %w", c.Type, raft.ErrLeadershipLost)
+	}
 	if !current {
 		// A deposed leader's entry may still be committed by its successor,
 		// but its caller hears only that leadership was lost.
-		if w.r.Intn(2) == 0 {
+		if w.r.Intn(2) == 0 && w.quorum(l.cl) {
 			idx, _ := w.appendEntry(l.cl, d.Cmd)
 			w.logf("%s (deposed) proposed %s of %s: committed at %d", l.name(), d.Cmd.Type, d.Cmd.nodeID(), idx)
 		}
@@ -505,6 +529,41 @@ func (w *simWorld) handle(l *simNode, c command) (result, error) {
 
 // handoff hands leadership to another live member (the shell's handoff;
 // which one is not modelled).
+// quorum: a majority of c's Raft configuration is up in c. Raft commits an
+// entry, elects a leader and changes the configuration only with one.
+func (w *simWorld) quorum(c *simCluster) bool {
+	live := 0
+	for _, id := range c.members {
+		for _, n := range w.nodes {
+			if n.id == id && n.awake() && n.cl == c {
+				live++
+			}
+		}
+	}
+	return live >= len(c.members)/2+1
+}
+
+// stepDown: a leader that lost its quorum steps down (its lease runs out);
+// like any deposed leader it may answer a while longer from its state.
+func (w *simWorld) stepDown(l *simNode) {
+	if l.cl.leader != l {
+		return
+	}
+	l.cl.leader = nil
+	w.depose(l)
+	w.logf("%s steps down: no quorum in %s", l.name(), l.cl.id)
+}
+
+// depose: l no longer leads, and learns it up to 1.5 s after it next runs
+// (a paused leader wakes up believing it still leads); until then it answers
+// from its state.
+func (w *simWorld) depose(l *simNode) {
+	l.deposedUntil = max(w.now, l.pausedUntil) + time.Duration(w.r.Int63n(int64(1500*time.Millisecond)))
+}
+
+// awake: n is up and not paused, so it acts, answers and is heard.
+func (n *simNode) awake() bool { return n.up && n.w.now >= n.pausedUntil }
+
 func (w *simWorld) handoff(l *simNode) {
 	if to := w.pickMember(l.cl, l); to != nil {
 		w.logf("%s hands off", l.name())
@@ -512,10 +571,15 @@ func (w *simWorld) handoff(l *simNode) {
 	}
 }
 
+// pickMember picks a live member of c to lead it, if c has a quorum to elect
+// one (nil otherwise).
 func (w *simWorld) pickMember(c *simCluster, not *simNode) *simNode {
+	if !w.quorum(c) {
+		return nil
+	}
 	var cands []*simNode
 	for _, n := range w.nodes {
-		if n != not && n.up && n.cl == c && !n.conflict && n.member(n.id) {
+		if n != not && n.awake() && n.cl == c && !n.conflict && n.member(n.id) {
 			cands = append(cands, n)
 		}
 	}
@@ -592,7 +656,7 @@ func (w *simWorld) send(m *simMsg) {
 func (w *simWorld) deliver() bool {
 	var due []int
 	for i, m := range w.net {
-		if m.at <= w.now {
+		if to := w.nodes[m.to]; m.at <= w.now && (!to.up || to.awake()) { // a paused node's messages wait
 			due = append(due, i)
 		}
 	}
@@ -687,7 +751,7 @@ func (w *simWorld) leave(n *simNode) {
 func (w *simWorld) leaveRaft(n *simNode) {
 	c := n.cl
 	l := c.leader
-	if l == nil || !l.ready || !l.up {
+	if l == nil || !l.ready || !l.awake() || !w.quorum(c) {
 		return
 	}
 	idx, res := w.appendEntry(c, command{Type: cmdRemove, NodeID: n.id, ClusterID: c.id})
@@ -754,7 +818,7 @@ func (w *simWorld) follow(n *simNode) agentOut {
 
 // agent is one pass of the slot agent (runAgent).
 func (w *simWorld) agent(n *simNode) {
-	if !n.up || n.cl == nil || n.conflict || n.pending != nil {
+	if !n.awake() || n.cl == nil || n.conflict || n.pending != nil {
 		return
 	}
 	switch {
@@ -800,7 +864,7 @@ var simCanceled = func() context.Context {
 // produce is the prefetch producer (generator.Producer over the node's
 // NextBatch) filling n's buffer by one batch, if it has room.
 func (w *simWorld) produce(n *simNode) {
-	if !n.up || n.gen == nil || n.conflict || len(n.buf) >= simBufDepth {
+	if !n.awake() || n.gen == nil || n.conflict || len(n.buf) >= simBufDepth {
 		return
 	}
 	ids, err := n.gen.NextBatch(simCanceled, simBatch)
@@ -835,7 +899,7 @@ func (w *simWorld) takeBuffered(n *simNode) (simBatchOf, bool) {
 // directly; every ID is checked as it is handed out. Clients never reach a
 // younger cluster before it meets the older one (gossip is not modelled).
 func (w *simWorld) draw(n *simNode) {
-	if !n.up || n.cl == nil || (n.cl.younger && !n.conflict) {
+	if !n.awake() || n.cl == nil || (n.cl.younger && !n.conflict) {
 		return
 	}
 	if w.r.Intn(2) == 0 {
@@ -926,7 +990,7 @@ func (w *simWorld) crash(n *simNode) {
 		n.gen.Revoke(errors.New("crashed"))
 	}
 	n.gen, n.tenure, n.awaiting, n.pending, n.ready, n.deposedUntil = nil, 0, 0, nil, false, 0
-	n.buf, n.leaving, n.initAt = nil, 0, 0
+	n.buf, n.leaving, n.initAt, n.pausedUntil = nil, 0, 0, 0
 	n.clocks.reset()
 	if n.cl != nil && n.cl.leader == n {
 		n.cl.leader = nil
@@ -934,10 +998,95 @@ func (w *simWorld) crash(n *simNode) {
 	w.logf("%s crashes", n.name())
 }
 
+// restart brings n back from its data dir: Raft restores its latest
+// snapshot (none: an empty state) and applies the rest of the log as the
+// leader's commit index reaches it (replication).
 func (w *simWorld) restart(n *simNode) {
 	n.up = true
 	n.believed, n.nextClaim = nil, 0
-	w.logf("%s restarts at applied %d", n.name(), n.applied)
+	if n.snap != nil {
+		w.restore(n, n.snap, n.snapAt)
+	} else {
+		n.replica, n.applied = newFSM(), 0
+	}
+	w.logf("%s restarts from its snapshot at %d", n.name(), n.applied)
+}
+
+// snapshot is the real fsm.Snapshot and Persist of n's replica: the bytes a
+// Raft snapshot store keeps, and the log index they cover.
+func (w *simWorld) snapshot(n *simNode) ([]byte, int) {
+	snap, err := n.replica.Snapshot()
+	if err != nil {
+		w.fail("%s's snapshot: %v", n.name(), err)
+		return nil, 0
+	}
+	defer snap.Release()
+	var sink memSink
+	if err := snap.Persist(&sink); err != nil {
+		w.fail("%s's snapshot: %v", n.name(), err)
+		return nil, 0
+	}
+	return sink.Bytes(), n.applied
+}
+
+// restore replaces n's replica with the real fsm.Restore of a snapshot
+// covering the log up to at.
+func (w *simWorld) restore(n *simNode, data []byte, at int) {
+	f := newFSM()
+	if err := f.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
+		w.fail("%s cannot restore its snapshot at %d: %v", n.name(), at, err)
+		return
+	}
+	n.replica, n.applied = f, at
+}
+
+// installSnapshot is Raft's InstallSnapshot: a follower far behind gets the
+// leader's snapshot instead of the entries, and keeps it as its own. The
+// restored state must be the leader's, field for field.
+func (w *simWorld) installSnapshot(n, l *simNode) {
+	data, at := w.snapshot(l)
+	if data == nil {
+		return
+	}
+	w.restore(n, data, at)
+	n.snap, n.snapAt = data, at
+	if !reflect.DeepEqual(n.replica.state, l.replica.state) {
+		w.fail("%s's state restored from %s's snapshot at %d differs from it:\n got %+v\nwant %+v",
+			n.name(), l.name(), at, n.replica.state, l.replica.state)
+	}
+	w.logf("%s installs %s's snapshot at %d", n.name(), l.name(), at)
+}
+
+// keepsQuorum: once identity gone is lost for good (a wipe, which leaves it
+// in the configuration) or removed from the configuration (remove), a
+// majority of c's configuration would still be identities some node has in
+// c. The world never goes past that: a cluster whose voters are mostly gone
+// for good has no quorum to commit, elect or reap with, which no Raft can
+// recover from without an operator, and liveness would have nothing to
+// judge. A member whose leave is under way counts as removed already.
+func (w *simWorld) keepsQuorum(c *simCluster, gone string, remove bool) bool {
+	if c == nil || !c.member(gone) {
+		return true
+	}
+	size, kept := len(c.members), 0
+	if remove {
+		size--
+	}
+	for _, id := range c.members {
+		if id == gone {
+			continue
+		}
+		for _, m := range w.nodes {
+			switch {
+			case m.id != id || m.cl != c:
+			case m.leaving != 0:
+				size--
+			default:
+				kept++
+			}
+		}
+	}
+	return kept >= size/2+1
 }
 
 // wipe crashes n, and brings it back with an empty data dir: a new node at
@@ -950,6 +1099,7 @@ func (w *simWorld) wipe(n *simNode) {
 	n.life++
 	n.id, n.nm = w.newNodeID(n.addr, n.life), fmt.Sprintf("%d.%d", n.addr, n.life)
 	n.replica, n.applied, n.cl, n.conflict = newFSM(), 0, nil, false
+	n.snap, n.snapAt = nil, 0
 	n.up = true
 	n.believed, n.nextClaim = nil, 0
 	w.logf("%s is wiped", n.name())
@@ -962,8 +1112,7 @@ func (w *simWorld) wipe(n *simNode) {
 	if old == nil {
 		old = w.cls[0]
 	}
-	n.cl = old
-	old.members = append(old.members, n.id)
+	n.cl = old // the leader adds it to the configuration when it hears of it (heartbeat)
 }
 
 // step runs one event chosen by the seed.
@@ -979,6 +1128,15 @@ func (w *simWorld) step() {
 		}
 	}()
 	for _, c := range w.cls {
+		if l := c.leader; l != nil && !w.quorum(c) {
+			w.stepDown(l) // its lease runs out: it has not heard from a quorum
+		}
+		if l := c.leader; l != nil && !l.awake() && w.now >= l.pausedAt+simElection {
+			// The followers stop hearing a paused leader and elect another.
+			if n := w.pickMember(c, l); n != nil {
+				w.elect(c, n)
+			}
+		}
 		if c.younger && c.meetAt != 0 && w.now >= c.meetAt {
 			for _, n := range w.nodes {
 				if n.cl == c {
@@ -990,6 +1148,9 @@ func (w *simWorld) step() {
 		}
 	}
 	for _, n := range w.nodes {
+		if !n.awake() {
+			continue // its timers fire when it wakes
+		}
 		if n.pending != nil && w.now > n.pending.deadline {
 			c := n.pending.c
 			n.pending = nil
@@ -1003,10 +1164,10 @@ func (w *simWorld) step() {
 	if !faults {
 		w.keepPromises()
 	}
-	weights := []float64{30, 30, 25, 20, 6, 4, 0, 0, 0, 0, 0, 0, 15, 0}
+	weights := []float64{30, 30, 25, 20, 6, 4, 0, 0, 0, 0, 0, 0, 15, 0, 3, 0}
 	if faults {
 		weights[6], weights[7], weights[8], weights[9], weights[10], weights[11] = w.cfg.elect, w.cfg.crash, w.cfg.wipe, w.cfg.jump, w.cfg.remove, 2
-		weights[13] = w.cfg.leave
+		weights[13], weights[15] = w.cfg.leave, w.cfg.pause
 	} else {
 		weights[11] = 2
 	}
@@ -1022,7 +1183,7 @@ func (w *simWorld) step() {
 		}
 		x -= weights[ev]
 	}
-	up := func(n *simNode) bool { return n.up }
+	up := func(n *simNode) bool { return n.awake() }
 	// In a calm world the first cluster's leader is never crashed or wiped.
 	spare := func(n *simNode) bool { return !w.cfg.calm || n != w.cls[0].leader }
 	switch ev {
@@ -1036,9 +1197,13 @@ func (w *simWorld) step() {
 		}
 	case 2:
 		w.deliver()
-	case 3: // replication: a follower's replica catches up some of the way
+	case 3: // replication: a follower's replica catches up some of the way, or, far behind, installs the leader's snapshot
 		if n := w.pickNode(up); n != nil && n.cl != nil && n.applied < len(n.cl.log) {
-			n.catchUp(n.applied + 1 + w.r.Intn(len(n.cl.log)-n.applied))
+			if l := n.cl.leader; l != nil && l != n && l.awake() && l.applied-n.applied > 8 && w.r.Intn(3) == 0 {
+				w.installSnapshot(n, l)
+			} else {
+				n.catchUp(n.applied + 1 + w.r.Intn(len(n.cl.log)-n.applied))
+			}
 		}
 	case 4:
 		if n := w.pickNode(up); n != nil {
@@ -1061,7 +1226,7 @@ func (w *simWorld) step() {
 			w.crash(n)
 		}
 	case 8:
-		if n := w.pickNode(spare); n != nil {
+		if n := w.pickNode(func(n *simNode) bool { return spare(n) && w.keepsQuorum(n.cl, n.id, false) }); n != nil {
 			w.wipe(n)
 		}
 	case 9:
@@ -1074,9 +1239,9 @@ func (w *simWorld) step() {
 		}
 	case 10: // the leader removes a member (reaping): its slot is freed
 		c := w.cls[0]
-		if l := c.leader; l != nil && l.ready && len(c.members) > 1 {
+		if l := c.leader; l != nil && l.ready && len(c.members) > 1 && w.quorum(c) {
 			id := c.members[w.r.Intn(len(c.members))]
-			if id != l.id {
+			if id != l.id && w.keepsQuorum(c, id, true) {
 				idx, res := w.appendEntry(c, command{Type: cmdRemove, NodeID: id, ClusterID: c.id})
 				for i, m := range c.members {
 					if m == id {
@@ -1106,9 +1271,19 @@ func (w *simWorld) step() {
 		}
 	case 13: // a graceful leave (the leader's own hands off first: not modelled)
 		if n := w.pickNode(func(n *simNode) bool {
-			return n.up && n.gen != nil && n.leaving == 0 && n.pending == nil && !n.conflict && n.cl.leader != n
+			return n.awake() && n.gen != nil && n.leaving == 0 && n.pending == nil && !n.conflict && n.cl.leader != n &&
+				w.keepsQuorum(n.cl, n.id, true)
 		}); n != nil {
 			w.leave(n)
+		}
+	case 14: // a node takes a Raft snapshot of its replica (SnapshotThreshold)
+		if n := w.pickNode(func(n *simNode) bool { return n.awake() && n.cl != nil && n.applied > n.snapAt }); n != nil {
+			n.snap, n.snapAt = w.snapshot(n)
+		}
+	case 15: // a node's process stops for up to 3 s, and resumes with its state
+		if n := w.pickNode(func(n *simNode) bool { return n.awake() && spare(n) }); n != nil {
+			n.pausedAt, n.pausedUntil = w.now, w.now+time.Duration(1+w.r.Int63n(int64(3*time.Second)))
+			w.logf("%s pauses until %.3fs", n.name(), n.pausedUntil.Seconds())
 		}
 	}
 }
@@ -1119,14 +1294,17 @@ func (w *simWorld) step() {
 // lone survivor never had the quorum of clocks its reserves need (seed
 // 42654530852680, TestSimulateKnownSeeds).
 func (w *simWorld) heartbeat(n *simNode) {
-	if n.cl == nil || !n.up {
+	if n.cl == nil || !n.awake() {
 		return
 	}
 	if n.cl.leader != nil {
 		n.believed = n.cl.leader
 	}
-	if !n.member(n.id) && !n.conflict {
+	// The leader adds a live node it hears of (AddVoter, a configuration
+	// change Raft commits only with a quorum).
+	if l := n.cl.leader; !n.member(n.id) && !n.conflict && l != nil && l.awake() && l.ready && w.quorum(n.cl) {
 		n.cl.members = append(n.cl.members, n.id)
+		w.logf("%s adds %s as a voter", l.name(), n.name())
 	}
 }
 
@@ -1137,6 +1315,7 @@ func (w *simWorld) beginQuiet() {
 	w.quietAt = w.now
 	w.logf("faults stop")
 	for _, n := range w.nodes {
+		n.pausedUntil = min(n.pausedUntil, w.now)
 		if !n.up {
 			w.restart(n)
 		}
@@ -1220,6 +1399,9 @@ func (w *simWorld) reapDead(c *simCluster) {
 		}
 	}
 	for _, id := range dead {
+		if !w.quorum(c) {
+			return
+		}
 		c.removeMember(id)
 		if _, known := c.truth.state.Nodes[id]; known || c.truth.state.slotOf(id) >= 0 {
 			idx, res := w.appendEntry(c, command{Type: cmdRemove, NodeID: id, ClusterID: c.id})
