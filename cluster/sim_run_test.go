@@ -43,7 +43,7 @@ func TestSimulate(t *testing.T) {
 	}
 	t.Logf("seeds %d.. (at most %d seeds or %v)", first, seeds, budget)
 	start := time.Now()
-	var events, minted, clusters int
+	var events, minted, clusters, wrongCluster, forged int
 	var settle, worst time.Duration // time from the faults' end to liveness for good
 	var worstSeed int64
 	n := 0
@@ -56,6 +56,8 @@ func TestSimulate(t *testing.T) {
 		events += w.events
 		minted += w.minted
 		clusters += len(w.cls)
+		wrongCluster += w.wrongCluster
+		forged += w.forgedRefused
 		if d := w.settled(); d > worst {
 			worst, worstSeed = d, seed
 		}
@@ -66,6 +68,8 @@ func TestSimulate(t *testing.T) {
 		n, el.Round(time.Millisecond), float64(n)/el.Seconds(), events/max(n, 1), minted/max(n, 1), float64(clusters)/float64(max(n, 1)))
 	t.Logf("live again after the faults stopped: %v on average, at most %v (seed %d; the bound is %v)",
 		(settle / time.Duration(max(n, 1))).Round(time.Millisecond), worst.Round(time.Millisecond), worstSeed, simLiveBound)
+	t.Logf("the known sequences, reached: %d forwards refused as another cluster's (a wiped leader's new cluster at its address), "+
+		"%d forged claims with a datacenter outside the layout refused", wrongCluster, forged)
 }
 
 // simSeedsToFailure runs seeds from first until one fails, at most limit; it

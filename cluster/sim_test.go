@@ -144,6 +144,7 @@ type simNode struct {
 	id     string
 	up     bool
 	offset time.Duration // this node's clock minus real time
+	dc     int           // its preferred datacenter (--datacenter), -1 for any
 	// pausedAt, pausedUntil: the process is stopped (a GC pause, SIGSTOP, a
 	// stalled VM) from pausedAt until pausedUntil: it keeps its state but
 	// does nothing, and messages to it wait.
@@ -221,6 +222,9 @@ type simMsg struct {
 	life    int
 	r       result
 	err     error
+	// forged: a forward no agent sent (a buggy or hostile peer's), which
+	// every leader must refuse.
+	forged bool
 }
 
 // simEvent is one line of the trace, formatted only when the trace is
@@ -249,6 +253,11 @@ type simWorld struct {
 	traceN int
 	err    error
 
+	// wrongCluster counts forwards refused because they name another
+	// cluster than the leader's (a wiped leader's new cluster at its old
+	// address); forgedRefused counts forged forwards a leader refused by
+	// the layout checks.
+	wrongCluster, forgedRefused int
 	// quietAt: when faults stopped (0: not yet); unliveAt: the last time
 	// the liveness check found a problem in the quiet phase.
 	quietAt, unliveAt time.Duration
@@ -318,6 +327,7 @@ func newSimWorld(seed int64, faults simFaults, tweak func(*simConfig)) *simWorld
 	for a := 0; a < cfg.nodes; a++ {
 		n := &simNode{w: w, addr: a, up: true, replica: newFSM()}
 		n.id, n.nm = w.newNodeID(a, 0), fmt.Sprintf("%d.0", a)
+		n.dc = w.r.Intn(1<<simLayout.DatacenterBits+1) - 1
 		n.offset = time.Duration(r.Int63n(int64(simMaxSkew))) - simMaxSkew/2
 		w.nodes = append(w.nodes, n)
 	}
@@ -673,6 +683,18 @@ func (w *simWorld) deliver() bool {
 	if m.forward {
 		r, err := w.applyForwarded(n, m.c)
 		w.logf("%s answers %s of %s: %+v %v", n.name(), m.c.Type, m.c.nodeID(), r, err)
+		if errors.Is(err, ErrWrongCluster) {
+			w.wrongCluster++
+		}
+		if m.forged {
+			if err == nil {
+				w.fail("%s took a forged %s of %s (datacenter %d): %+v", n.name(), m.c.Type, m.c.nodeID(), m.c.Node.Datacenter, r)
+			}
+			if errors.Is(err, ErrBadCommand) {
+				w.forgedRefused++ // by the layout checks, not for want of a leader
+			}
+			return true
+		}
 		w.send(&simMsg{to: m.from, from: n.addr, req: m.req, life: m.life, r: r, err: err})
 		return true
 	}
@@ -840,7 +862,7 @@ func (w *simWorld) agent(n *simNode) {
 			return
 		}
 		l := simLayout
-		c := command{Type: cmdClaim, Node: &NodeInfo{ID: n.id, Name: n.name(), Datacenter: -1}, Layout: &l}
+		c := command{Type: cmdClaim, Node: &NodeInfo{ID: n.id, Name: n.name(), Datacenter: n.dc}, Layout: &l}
 		n.nextClaim = w.now + agentTick
 		later, r, err := w.propose(n, c)
 		if !later {
@@ -1098,6 +1120,7 @@ func (w *simWorld) wipe(n *simNode) {
 	}
 	n.life++
 	n.id, n.nm = w.newNodeID(n.addr, n.life), fmt.Sprintf("%d.%d", n.addr, n.life)
+	n.dc = w.r.Intn(1<<simLayout.DatacenterBits+1) - 1
 	n.replica, n.applied, n.cl, n.conflict = newFSM(), 0, nil, false
 	n.snap, n.snapAt = nil, 0
 	n.up = true
@@ -1164,10 +1187,10 @@ func (w *simWorld) step() {
 	if !faults {
 		w.keepPromises()
 	}
-	weights := []float64{30, 30, 25, 20, 6, 4, 0, 0, 0, 0, 0, 0, 15, 0, 3, 0}
+	weights := []float64{30, 30, 25, 20, 6, 4, 0, 0, 0, 0, 0, 0, 15, 0, 3, 0, 0}
 	if faults {
 		weights[6], weights[7], weights[8], weights[9], weights[10], weights[11] = w.cfg.elect, w.cfg.crash, w.cfg.wipe, w.cfg.jump, w.cfg.remove, 2
-		weights[13], weights[15] = w.cfg.leave, w.cfg.pause
+		weights[13], weights[15], weights[16] = w.cfg.leave, w.cfg.pause, 1
 	} else {
 		weights[11] = 2
 	}
@@ -1284,6 +1307,18 @@ func (w *simWorld) step() {
 		if n := w.pickNode(func(n *simNode) bool { return n.awake() && spare(n) }); n != nil {
 			n.pausedAt, n.pausedUntil = w.now, w.now+time.Duration(1+w.r.Int63n(int64(3*time.Second)))
 			w.logf("%s pauses until %.3fs", n.name(), n.pausedUntil.Seconds())
+		}
+	case 16: // a forged forward: a claim whose datacenter is outside the layout, in the name of a real node
+		if n := w.pickNode(up); n != nil {
+			l := simLayout
+			dc := []int{1 << simLayout.DatacenterBits, 1 << 62, -2, 1<<31 - 1}[w.r.Intn(4)]
+			c := command{Type: cmdClaim, Node: &NodeInfo{ID: n.id, Name: n.name(), Datacenter: dc}, Layout: &l,
+				ClusterID: n.ownCluster(), SentAt: n.clock().Now().UnixNano()}
+			to := w.r.Intn(len(w.nodes))
+			if n.believed != nil {
+				to = n.believed.addr
+			}
+			w.send(&simMsg{to: to, forward: true, c: c, from: n.addr, life: -1, forged: true})
 		}
 	}
 }
