@@ -130,8 +130,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.StringVar(&layoutEpoch, "layout-epoch", generator.DefaultLayout().EpochTime().Format("2006-01-02"),
 		"with --layout: the timestamp's zero, a past `date` (2026-05-05), RFC 3339 time or Unix seconds")
 	fs.DurationVar(&c.Lead, "lead", cluster.DefaultLead, "how far ahead of its issuing point a node keeps its granted window")
-	fs.DurationVar(&c.MaxAhead, "max-ahead", 0, "cap on a window's end beyond the leader's clock (0 = lead + max-skew)")
-	fs.DurationVar(&c.MaxSkew, "max-skew", cluster.DefaultMaxSkew, "largest clock difference to the leader before a node is refused")
+	fs.DurationVar(&c.MaxAhead, "max-ahead", 0, "cap on a window's end beyond the cluster's time, the quorum-th latest of the voters' clocks (0 = lead + max-skew)")
+	fs.DurationVar(&c.MaxSkew, "max-skew", cluster.DefaultMaxSkew, "largest difference between a node's clock (or the leader's) and the cluster's time before it is refused (a leader hands off)")
 	fs.DurationVar(&c.ReapAfter, "reap-after", cluster.DefaultReapAfter, "how long a node may be dead before its slot is freed")
 	fs.IntVar(&c.BatchSize, "batch-size", rpc.DefaultBatchSize, "IDs per prefetched batch, served for count 0")
 	fs.IntVar(&c.BufferDepth, "buffer-depth", rpc.DefaultBufferDepth, "prefetched batches kept ready")
