@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/hashicorp/raft"
@@ -497,11 +498,4 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 func (s *fsmSnapshot) Release() {}
 
 // sortedNodeIDs returns the state's node IDs in order, for stable output.
-func (s *state) sortedNodeIDs() []string {
-	ids := make([]string, 0, len(s.Nodes))
-	for id := range s.Nodes {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids
-}
+func (s *state) sortedNodeIDs() []string { return slices.Sorted(maps.Keys(s.Nodes)) }

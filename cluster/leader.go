@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
-	"fmt"
 	"sort"
 	"time"
 
@@ -170,7 +168,8 @@ func (n *Node) establish() error {
 // themselves go after ReapAfter. A server gossip shows as left goes at once
 // if it says it is leaving or does not answer; one dead, missing or left
 // that still answers as a member stays. It never removes the leader itself
-// nor breaks quorum.
+// nor breaks quorum. The decisions are sweepProbes and sweepActions
+// (reconcile.go); this gathers their inputs, probes, and carries them out.
 func (n *Node) reconcile() {
 	defer n.sweeps.Add(1)
 	// A leader whose cluster is outranked by another it meets in gossip
@@ -187,290 +186,80 @@ func (n *Node) reconcile() {
 		n.logger.Warn("reconcile: raft configuration", "err", err)
 		return
 	}
-	servers := cf.Configuration().Servers
-	members := n.gossip.snapshot()
-	now := time.Now()
-	ls := &n.leaderState
-	own := n.ownCluster()
-	leaderApplied := n.rs.raft.AppliedIndex()
-
-	inRaft := map[string]raft.Server{}
-	voters := 0
-	for _, s := range servers {
-		inRaft[string(s.ID)] = s
-		if s.Suffrage == raft.Voter {
-			voters++
-		}
+	v := &memberView{
+		Self: n.id, SelfRaftAddr: n.cfg.RaftAdvertise, Own: n.ownCluster(),
+		Servers: cf.Configuration().Servers, Members: n.gossip.snapshot(), Addable: map[string]bool{},
+		StateAddr: map[string]string{}, LeaderApplied: n.rs.raft.AppliedIndex(),
+		Now: time.Now(), ReapAfter: n.cfg.ReapAfter,
 	}
-	// The gRPC addresses nodes' own Claims recorded, and the nodes in the
-	// state (holding a slot) but not in Raft.
-	stateAddr := map[string]string{}
-	var stateOnly []string
+	for id, m := range v.Members {
+		v.Addable[id] = n.addable(m)
+	}
+	inRaft := serversByID(v.Servers)
 	n.fsm.view(func(s *state) {
 		for _, id := range s.sortedNodeIDs() {
-			stateAddr[id] = s.Nodes[id].GRPCAddr
+			v.StateAddr[id] = s.Nodes[id].GRPCAddr
 			if _, ok := inRaft[id]; !ok && id != n.id {
-				stateOnly = append(stateOnly, id)
+				v.StateOnly = append(v.StateOnly, id)
 			}
 		}
 	})
-	alive := func(id string) bool {
-		m, seen := members[id]
-		return seen && m.State == MemberAlive
-	}
-	addrsOf := func(id string) []string {
-		m, seen := members[id]
-		return probeAddrs(id, ls.provenAddr[id], stateAddr[id], m, seen)
-	}
-
-	// First decide whom to ask, then ask them all at once: a sweep waits at
-	// most one probeTimeout per probeParallel members it asks, and members
-	// that failed are asked again only after a backoff.
-	probes := map[probeKey]bool{}
-	ask := func(id string) {
-		for _, a := range addrsOf(id) {
-			probes[probeKey{id, a}] = true
-		}
-	}
-	// gone: servers and slot holders that gossip shows left, or absent for
-	// ReapAfter, with whether the news is a leave.
-	gone := map[string]bool{}
-	absent := func(id string) {
-		if alive(id) {
-			delete(ls.absentSince, id)
-			return
-		}
-		m, seen := members[id]
-		if _, ok := ls.absentSince[id]; !ok {
-			since := now
-			if seen && m.State == MemberDead && m.Since.Before(now) {
-				since = m.Since
-			}
-			ls.absentSince[id] = since
-		}
-		left := seen && m.State == MemberLeft
-		if left || now.Sub(ls.absentSince[id]) >= n.cfg.ReapAfter {
-			gone[id] = left
-			ask(id)
-		}
-	}
-	for _, s := range servers {
-		if id := string(s.ID); id != n.id {
-			absent(id)
-		}
-	}
-	for _, id := range stateOnly {
-		absent(id)
-	}
-	ids := make([]string, 0, len(members))
-	for id := range members {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	joinKey := func(m gossipMember) string { return m.Meta.GRPCAddr + " " + m.Meta.RaftAddr }
-	for _, id := range ids {
-		m := members[id]
-		if m.State != MemberAlive || !m.Parsed || m.Meta.RaftAddr == "" || id == n.id || !n.addable(m) {
-			continue
-		}
-		s, ok := inRaft[id]
-		switch {
-		case !ok && ls.backedOff(id, joinKey(m), now):
-		case !ok, string(s.Address) != m.Meta.RaftAddr, s.Suffrage != raft.Voter:
-			ask(id)
-		}
-	}
+	ls := &n.leaderState
+	probes, gone := ls.sweepProbes(v)
+	// A sweep waits at most one probeTimeout per probeParallel members it
+	// asks, and members that failed are asked again only after a backoff.
 	answers := n.probeAll(probes)
-	answer := func(id string) (Status, error) {
-		st, addr, err := answerOf(id, addrsOf(id), answers)
-		if err == nil {
-			ls.provenAddr[id] = addr
-		}
-		return st, err
+	for _, a := range ls.sweepActions(v, gone, answers) {
+		n.memberAct(a, v.Now)
 	}
+}
 
-	// A leader that restarted on a new address still has its old one in the
-	// configuration; other servers would dial that after it steps down.
-	if s, ok := inRaft[n.id]; ok && string(s.Address) != n.cfg.RaftAdvertise {
+// memberAct carries out one of sweepActions' decisions.
+func (n *Node) memberAct(a memberAction, now time.Time) {
+	ls := &n.leaderState
+	readd := func(voter bool) error {
 		add := n.rs.raft.AddNonvoter
-		if s.Suffrage == raft.Voter {
+		if voter {
 			add = n.rs.raft.AddVoter
 		}
-		if err := add(s.ID, raft.ServerAddress(n.cfg.RaftAdvertise), 0, applyTimeout).Error(); err != nil {
+		return add(raft.ServerID(a.ID), raft.ServerAddress(a.Addr), 0, applyTimeout).Error()
+	}
+	switch a.Kind {
+	case actOwnAddr:
+		if err := readd(a.Voter); err != nil {
 			n.logger.Warn("reconcile: update own raft address", "err", err)
 		} else {
-			n.logger.Info("updated own raft address", "from", s.Address, "to", n.cfg.RaftAdvertise)
+			n.logger.Info("updated own raft address", "from", a.Why, "to", a.Addr)
 		}
-	}
-
-	// Remove servers (and free slots of nodes not in Raft) that gossip shows
-	// as left, or that have been gone from it for longer than ReapAfter, unless
-	// they still answer as members of this cluster: then the gossip news is
-	// false (anyone with the gossip key can send it) and a left one waits like
-	// a dead one. Servers first, in configuration order, then slot holders.
-	reapGone := func(id string, why string) {
-		left, ok := gone[id]
-		if !ok {
+	case actReap:
+		n.reap(a.ID, a.Why)
+	case actRefuse:
+		n.refuse(a.ID, a.Name, a.Why, a.Err)
+	case actNote:
+		n.logger.Debug(a.Why, "id", a.ID)
+	case actWait:
+		n.logger.Info(a.Why, "id", a.ID, "raft", a.Addr)
+	case actAddNonvoter:
+		if err := n.rs.raft.AddNonvoter(raft.ServerID(a.ID), raft.ServerAddress(a.Addr), 0, applyTimeout).Error(); err != nil {
+			n.logger.Warn("reconcile: add non-voter", "id", a.ID, "err", err)
 			return
 		}
-		st, err := answer(id)
-		switch {
-		case err == nil && st.Leaving:
-			n.reap(id, why+"; it says it is leaving")
-		case err == nil && st.ClusterID == own:
-			news := "gone from gossip for reap-after"
-			if left {
-				news = "left"
-			}
-			n.refuse(id, members[id].Meta.Name, "not removing a member gossip shows as "+news,
-				errors.New("it answers over the authenticated transport as a member of this cluster"))
-		default:
-			if err == nil {
-				err = fmt.Errorf("%w (it names cluster %q)", errProbeCluster, st.ClusterID)
-			}
-			n.reap(id, fmt.Sprintf("%s; %v", why, err))
+		n.logger.Info("added non-voter", "id", a.ID, "name", a.Name, "raft", a.Addr)
+		ls.added(a.ID, now)
+	case actMoveAddr:
+		if err := readd(a.Voter); err != nil {
+			n.logger.Warn("reconcile: update raft address", "id", a.ID, "err", err)
+			return
 		}
-	}
-	for _, s := range servers {
-		if id := string(s.ID); id != n.id {
-			reapGone(id, "gone from gossip")
+		n.logger.Info("updated raft address", "id", a.ID, "from", a.Why, "to", a.Addr)
+		ls.moved(a.ID)
+	case actPromote:
+		if err := n.rs.raft.AddVoter(raft.ServerID(a.ID), raft.ServerAddress(a.Addr), 0, applyTimeout).Error(); err != nil {
+			n.logger.Warn("reconcile: promote", "id", a.ID, "err", err)
+			return
 		}
-	}
-	for _, id := range stateOnly {
-		reapGone(id, "not in raft and gone from gossip")
-	}
-
-	// Add alive members that answer as themselves as non-voters; promote
-	// non-voters that follow this log; move servers whose address changed.
-	for _, id := range ids {
-		m := members[id]
-		if m.State != MemberAlive || !m.Parsed || m.Meta.RaftAddr == "" || id == n.id {
-			continue
-		}
-		if !n.addable(m) {
-			if _, known := inRaft[id]; !known {
-				n.logger.Debug("not adding a member of another or an unnamed cluster", "id", id, "cluster", m.Meta.ClusterID)
-			}
-			continue
-		}
-		s, ok := inRaft[id]
-		if !ok {
-			if ls.backedOff(id, joinKey(m), now) {
-				continue
-			}
-			st, err := answer(id)
-			if err == nil {
-				err = joinProof(st, m.Meta.RaftAddr, own)
-			}
-			if err != nil {
-				ls.probeFailed(id, joinKey(m), now)
-				n.refuse(id, m.Meta.Name, "not adding a gossip member to raft", err)
-				continue
-			}
-			delete(ls.backoff, id)
-			// A wiped data dir comes back as a new ID on the old address;
-			// Raft refuses two servers on one address, so the old one goes,
-			// but only once gossip no longer sees it alive: otherwise the two
-			// would take the address from each other on every sweep.
-			taken := false
-			for _, old := range servers {
-				if string(old.Address) != m.Meta.RaftAddr || string(old.ID) == id || string(old.ID) == n.id {
-					continue
-				}
-				if alive(string(old.ID)) {
-					taken = true
-					continue
-				}
-				n.reap(string(old.ID), "address taken over by "+id)
-			}
-			if taken {
-				n.logger.Info("waiting for the old owner of a raft address to fail before adding its successor", "id", id, "raft", m.Meta.RaftAddr)
-				continue
-			}
-			if err := n.rs.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(m.Meta.RaftAddr), 0, applyTimeout).Error(); err != nil {
-				n.logger.Warn("reconcile: add non-voter", "id", id, "err", err)
-				continue
-			}
-			n.logger.Info("added non-voter", "id", id, "name", m.Meta.Name, "raft", m.Meta.RaftAddr)
-			ls.nonvoterSince[id] = now
-			delete(ls.refused, id)
-			continue
-		}
-		if string(s.Address) != m.Meta.RaftAddr {
-			// The node restarted on a new address with its old state: adding
-			// it again under the same ID updates the address, once the node
-			// itself says that is its address.
-			st, err := answer(id)
-			if err == nil {
-				err = memberProof(st, m.Meta.RaftAddr, own)
-			}
-			if err != nil {
-				n.refuse(id, m.Meta.Name, "not moving a server to the raft address gossip shows", err)
-				continue
-			}
-			add := n.rs.raft.AddNonvoter
-			if s.Suffrage == raft.Voter {
-				add = n.rs.raft.AddVoter
-			}
-			if err := add(raft.ServerID(id), raft.ServerAddress(m.Meta.RaftAddr), 0, applyTimeout).Error(); err != nil {
-				n.logger.Warn("reconcile: update raft address", "id", id, "err", err)
-			} else {
-				n.logger.Info("updated raft address", "id", id, "from", s.Address, "to", m.Meta.RaftAddr)
-				delete(ls.refused, id)
-			}
-			continue
-		}
-		if s.Suffrage == raft.Voter {
-			delete(ls.nonvoterSince, id)
-			delete(ls.unprovenSince, id)
-			continue
-		}
-		st, err := answer(id)
-		if err == nil {
-			err = promoteProof(st, string(s.Address), own, leaderApplied)
-		}
-		if err != nil {
-			if _, ok := ls.unprovenSince[id]; !ok {
-				ls.unprovenSince[id] = now
-			}
-			if now.Sub(ls.unprovenSince[id]) >= n.cfg.ReapAfter {
-				delete(ls.unprovenSince, id)
-				n.reap(id, fmt.Sprintf("a non-voter that has not proved itself for reap-after: %v", err))
-				continue
-			}
-			n.refuse(id, m.Meta.Name, "not promoting a non-voter", err)
-			continue
-		}
-		delete(ls.unprovenSince, id)
-		delete(ls.refused, id)
-		since, ok := ls.nonvoterSince[id]
-		if !ok {
-			ls.nonvoterSince[id] = now
-			continue
-		}
-		if voters < maxVoters && now.Sub(since) >= time.Second {
-			if err := n.rs.raft.AddVoter(raft.ServerID(id), s.Address, 0, applyTimeout).Error(); err != nil {
-				n.logger.Warn("reconcile: promote", "id", id, "err", err)
-				continue
-			}
-			voters++
-			delete(ls.nonvoterSince, id)
-			n.logger.Info("promoted to voter", "id", id, "voters", voters)
-		}
-	}
-
-	// Forget backoffs of members gossip no longer shows alive, and wake the
-	// leader loop when the next backed-off probe is due (one already due
-	// waits for the next sweep or event: it may not be asked again at all).
-	ls.wake = time.Time{}
-	for id, b := range ls.backoff {
-		if members[id].State != MemberAlive {
-			delete(ls.backoff, id)
-			continue
-		}
-		if b.next.After(now) && (ls.wake.IsZero() || b.next.Before(ls.wake)) {
-			ls.wake = b.next
-		}
+		ls.promoted(a.ID)
+		n.logger.Info("promoted to voter", "id", a.ID)
 	}
 }
 
@@ -483,10 +272,7 @@ func (n *Node) reap(id, why string) {
 		n.logger.Warn("reap", "id", id, "reason", why, "err", err)
 		return
 	}
-	delete(n.leaderState.absentSince, id)
-	delete(n.leaderState.unprovenSince, id)
-	delete(n.leaderState.provenAddr, id)
-	delete(n.leaderState.refused, id)
+	n.leaderState.reaped(id)
 	n.logger.Info("reaped node", "id", id, "reason", why, "freed_slot", slot)
 }
 

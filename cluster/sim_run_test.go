@@ -44,6 +44,7 @@ func TestSimulate(t *testing.T) {
 	t.Logf("seeds %d.. (at most %d seeds or %v)", first, seeds, budget)
 	start := time.Now()
 	var events, minted, clusters, wrongCluster, forged int
+	var acts [actPromote + 1]int
 	var settle, worst time.Duration // time from the faults' end to liveness for good
 	var worstSeed int64
 	n := 0
@@ -58,6 +59,9 @@ func TestSimulate(t *testing.T) {
 		clusters += len(w.cls)
 		wrongCluster += w.wrongCluster
 		forged += w.forgedRefused
+		for k, c := range w.memberActs {
+			acts[k] += c
+		}
 		if d := w.settled(); d > worst {
 			worst, worstSeed = d, seed
 		}
@@ -70,6 +74,8 @@ func TestSimulate(t *testing.T) {
 		(settle / time.Duration(max(n, 1))).Round(time.Millisecond), worst.Round(time.Millisecond), worstSeed, simLiveBound)
 	t.Logf("the known sequences, reached: %d forwards refused as another cluster's (a wiped leader's new cluster at its address), "+
 		"%d forged claims with a datacenter outside the layout refused", wrongCluster, forged)
+	t.Logf("reconcile sweeps (the shipped sweepProbes and sweepActions) carried out: %d reaps, %d non-voters added, %d promotions, %d moves",
+		acts[actReap], acts[actAddNonvoter], acts[actPromote], acts[actMoveAddr])
 }
 
 // simSeedsToFailure runs seeds from first until one fails, at most limit; it

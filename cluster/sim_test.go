@@ -53,7 +53,8 @@ const (
 	simBarrierIn = 100 * time.Millisecond // a new leader's Barrier completes
 	simHeartbeat = 100 * time.Millisecond // every follower hears from its leader; gossip re-adds a removed live member
 	simReplicate = 50 * time.Millisecond  // a follower's replica applies every committed entry (CommitTimeout)
-	simReapAfter = 2 * time.Second        // the leader reaps a dead identity (a wiped node's old ID)
+	simReapAfter = 2 * time.Second        // reconcile removes a member gone from gossip this long (ReapAfter)
+	simSweep     = 500 * time.Millisecond // the leader runs a reconcile sweep (ReconcileInterval)
 	simNetDelay  = 30 * time.Millisecond  // a message's longest delay once the network heals
 	// simRoomGrace: a window used up by a burst is extended within this (the
 	// gap between reserves, a round trip, a replication, an agent tick).
@@ -129,11 +130,13 @@ type simCluster struct {
 	truth   *fsm     // the committed log applied: what the checker trusts
 	leader  *simNode // nil: no leader
 	term    int
-	members []string // the Raft configuration's servers (all voters)
-	younger bool     // bootstrapped by a wiped node: see simNode.conflict
+	servers []raft.Server // the Raft configuration (addresses: raftAddr)
+	younger bool          // bootstrapped by a wiped node: see simNode.conflict
 	meetAt  time.Duration
 	// electAt: the quiet phase elects a leader by then (0: none due).
 	electAt time.Duration
+	// lastSweep: when its leader last ran a reconcile sweep.
+	lastSweep time.Duration
 }
 
 type simNode struct {
@@ -164,7 +167,13 @@ type simNode struct {
 	// the meeting, see DESIGN.md.)
 	conflict bool
 
+	// downAt: when it last crashed; left: its leave ended in shutdown, and
+	// gossip shows it left rather than dead.
+	downAt time.Duration
+	left   bool
+
 	// leader side
+	ls           leaderState   // reconcile's bookkeeping, new with each leadership
 	ready        bool          // past its Barrier
 	deposedUntil time.Duration // a deposed leader still answers until then
 	clocks       clockBook
@@ -245,6 +254,8 @@ type simWorld struct {
 	cls    []*simCluster
 	net    []*simMsg
 	nextID int
+	// ghosts: the identities wipes ended, as gossip keeps showing them (dead).
+	ghosts []gossipMember
 	// ids maps every ID handed out to who minted it.
 	ids    map[int64]simMint
 	minted int
@@ -258,6 +269,8 @@ type simWorld struct {
 	// address); forgedRefused counts forged forwards a leader refused by
 	// the layout checks.
 	wrongCluster, forgedRefused int
+	// memberActs counts the reconcile actions carried out, by kind.
+	memberActs [actPromote + 1]int
 	// quietAt: when faults stopped (0: not yet); unliveAt: the last time
 	// the liveness check found a problem in the quiet phase.
 	quietAt, unliveAt time.Duration
@@ -336,7 +349,7 @@ func newSimWorld(seed int64, faults simFaults, tweak func(*simConfig)) *simWorld
 	c := w.bootstrap(w.nodes[0])
 	for _, n := range w.nodes[1:] {
 		n.cl = c
-		c.members = append(c.members, n.id)
+		c.addServer(n, true)
 	}
 	return w
 }
@@ -348,7 +361,8 @@ func (w *simWorld) newNodeID(addr, life int) string {
 // bootstrap makes n the leader of a new cluster with an empty log; its
 // first entry is the Init its leader's establish writes.
 func (w *simWorld) bootstrap(n *simNode) *simCluster {
-	c := &simCluster{id: fmt.Sprintf("cluster%d", len(w.cls)), truth: newFSM(), members: []string{n.id}}
+	c := &simCluster{id: fmt.Sprintf("cluster%d", len(w.cls)), truth: newFSM()}
+	c.addServer(n, true)
 	w.cls = append(w.cls, c)
 	n.cl = c
 	w.logf("%s bootstraps %s", n.name(), c.id)
@@ -432,6 +446,7 @@ func (w *simWorld) elect(c *simCluster, n *simNode) {
 	c.leader = n
 	c.electAt = 0
 	n.ledAt = w.now
+	n.ls = newLeaderState()
 	n.ready = false
 	n.initWait, n.initAt = 0, 0
 	n.deposedUntil = 0
@@ -456,15 +471,6 @@ func (n *simNode) believesLeader() bool {
 
 func (n *simNode) ownCluster() string { return n.replica.state.ClusterID }
 
-func (n *simNode) member(id string) bool {
-	for _, m := range n.cl.members {
-		if m == id {
-			return true
-		}
-	}
-	return false
-}
-
 // handle is the leader's side of a command (apply.go's handle and
 // leaderApply, with Raft modelled): handleCheck, leaderCheck, appliedResult
 // and leaderAnswer decide.
@@ -481,7 +487,7 @@ func (w *simWorld) handle(l *simNode, c command) (result, error) {
 		return result{}, fmt.Errorf("command %s is not forwarded in the simulated world", c.Type)
 	}
 	now := l.clock().Now()
-	in := leaderIn{Now: now, Member: c.Type != cmdClaim || l.member(c.Node.ID), MaxAhead: simMaxAhead, MaxSkew: simMaxSkew}
+	in := leaderIn{Now: now, Member: c.Type != cmdClaim || l.cl.member(c.Node.ID), MaxAhead: simMaxAhead, MaxSkew: simMaxSkew}
 	if c.Type == cmdClaim && !in.Member && w.cfg.faults.adoptForwards {
 		in.Member = true // (a voter it cannot reach would cost it its quorum)
 	}
@@ -490,12 +496,13 @@ func (w *simWorld) handle(l *simNode, c command) (result, error) {
 		l.clocks.observe(c.nodeID(), clockSample{reported: time.Unix(0, c.SentAt), leader: now, at: real})
 	}
 	var others []string
-	for _, m := range l.cl.members {
+	voters := l.cl.voters()
+	for _, m := range voters {
 		if m != l.id {
 			others = append(others, m)
 		}
 	}
-	in.ClusterNow, in.Known = clusterTime(now, l.clocks.estimates(others, real), len(l.cl.members)/2+1)
+	in.ClusterNow, in.Known = clusterTime(now, l.clocks.estimates(others, real), len(voters)/2+1)
 	d := leaderCheck(l.replica.state, c, in)
 	if d.Handoff && current {
 		w.handoff(l)
@@ -539,18 +546,18 @@ func (w *simWorld) handle(l *simNode, c command) (result, error) {
 
 // handoff hands leadership to another live member (the shell's handoff;
 // which one is not modelled).
-// quorum: a majority of c's Raft configuration is up in c. Raft commits an
-// entry, elects a leader and changes the configuration only with one.
+// quorum: a majority of c's voters is up in c. Raft commits an entry,
+// elects a leader and changes the configuration only with one.
 func (w *simWorld) quorum(c *simCluster) bool {
-	live := 0
-	for _, id := range c.members {
+	live, voters := 0, c.voters()
+	for _, id := range voters {
 		for _, n := range w.nodes {
 			if n.id == id && n.awake() && n.cl == c {
 				live++
 			}
 		}
 	}
-	return live >= len(c.members)/2+1
+	return live >= len(voters)/2+1
 }
 
 // stepDown: a leader that lost its quorum steps down (its lease runs out);
@@ -589,7 +596,7 @@ func (w *simWorld) pickMember(c *simCluster, not *simNode) *simNode {
 	}
 	var cands []*simNode
 	for _, n := range w.nodes {
-		if n != not && n.awake() && n.cl == c && !n.conflict && n.member(n.id) {
+		if n != not && n.awake() && n.cl == c && !n.conflict && c.voter(n.id) {
 			cands = append(cands, n)
 		}
 	}
@@ -781,6 +788,7 @@ func (w *simWorld) leaveRaft(n *simNode) {
 	c.removeMember(n.id)
 	w.logf("%s removes leaving %s at %d: %v", l.name(), n.name(), idx, res)
 	w.crash(n)
+	n.left = true
 }
 
 func (w *simWorld) start(n *simNode, tenure uint64, slot int, floor, granted int64) {
@@ -862,7 +870,8 @@ func (w *simWorld) agent(n *simNode) {
 			return
 		}
 		l := simLayout
-		c := command{Type: cmdClaim, Node: &NodeInfo{ID: n.id, Name: n.name(), Datacenter: n.dc}, Layout: &l}
+		c := command{Type: cmdClaim, Node: &NodeInfo{ID: n.id, Name: n.name(), Datacenter: n.dc,
+			GRPCAddr: grpcAddr(n.addr), RaftAddr: raftAddr(n.addr)}, Layout: &l}
 		n.nextClaim = w.now + agentTick
 		later, r, err := w.propose(n, c)
 		if !later {
@@ -1013,6 +1022,7 @@ func (w *simWorld) crash(n *simNode) {
 	}
 	n.gen, n.tenure, n.awaiting, n.pending, n.ready, n.deposedUntil = nil, 0, 0, nil, false, 0
 	n.buf, n.leaving, n.initAt, n.pausedUntil = nil, 0, 0, 0
+	n.downAt = w.now
 	n.clocks.reset()
 	if n.cl != nil && n.cl.leader == n {
 		n.cl.leader = nil
@@ -1024,7 +1034,7 @@ func (w *simWorld) crash(n *simNode) {
 // snapshot (none: an empty state) and applies the rest of the log as the
 // leader's commit index reaches it (replication).
 func (w *simWorld) restart(n *simNode) {
-	n.up = true
+	n.up, n.left = true, false
 	n.believed, n.nextClaim = nil, 0
 	if n.snap != nil {
 		w.restore(n, n.snap, n.snapAt)
@@ -1087,14 +1097,15 @@ func (w *simWorld) installSnapshot(n, l *simNode) {
 // recover from without an operator, and liveness would have nothing to
 // judge. A member whose leave is under way counts as removed already.
 func (w *simWorld) keepsQuorum(c *simCluster, gone string, remove bool) bool {
-	if c == nil || !c.member(gone) {
+	if c == nil || !c.voter(gone) {
 		return true
 	}
-	size, kept := len(c.members), 0
+	voters := c.voters()
+	size, kept := len(voters), 0
 	if remove {
 		size--
 	}
-	for _, id := range c.members {
+	for _, id := range voters {
 		if id == gone {
 			continue
 		}
@@ -1118,7 +1129,10 @@ func (w *simWorld) wipe(n *simNode) {
 	if n.up {
 		w.crash(n)
 	}
+	w.ghosts = append(w.ghosts, gossipMember{ID: n.id, Parsed: true, State: MemberDead, Since: w.base.Add(w.now),
+		Meta: meta{Name: n.name(), GRPCAddr: grpcAddr(n.addr), RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(), Member: true}})
 	n.life++
+	n.left = false
 	n.id, n.nm = w.newNodeID(n.addr, n.life), fmt.Sprintf("%d.%d", n.addr, n.life)
 	n.dc = w.r.Intn(1<<simLayout.DatacenterBits+1) - 1
 	n.replica, n.applied, n.cl, n.conflict = newFSM(), 0, nil, false
@@ -1135,7 +1149,7 @@ func (w *simWorld) wipe(n *simNode) {
 	if old == nil {
 		old = w.cls[0]
 	}
-	n.cl = old // the leader adds it to the configuration when it hears of it (heartbeat)
+	n.cl = old // its leader's reconcile sweep adds it to the configuration
 }
 
 // step runs one event chosen by the seed.
@@ -1187,10 +1201,10 @@ func (w *simWorld) step() {
 	if !faults {
 		w.keepPromises()
 	}
-	weights := []float64{30, 30, 25, 20, 6, 4, 0, 0, 0, 0, 0, 0, 15, 0, 3, 0, 0}
+	weights := []float64{30, 30, 25, 20, 6, 4, 0, 0, 0, 0, 0, 0, 15, 0, 3, 0, 0, 0}
 	if faults {
 		weights[6], weights[7], weights[8], weights[9], weights[10], weights[11] = w.cfg.elect, w.cfg.crash, w.cfg.wipe, w.cfg.jump, w.cfg.remove, 2
-		weights[13], weights[15], weights[16] = w.cfg.leave, w.cfg.pause, 1
+		weights[13], weights[15], weights[16], weights[17] = w.cfg.leave, w.cfg.pause, 1, 4
 	} else {
 		weights[11] = 2
 	}
@@ -1260,18 +1274,13 @@ func (w *simWorld) step() {
 			}
 			w.logf("%s clock offset now %v", n.name(), n.offset)
 		}
-	case 10: // the leader removes a member (reaping): its slot is freed
+	case 10: // an operator removes a member (idctl remove): its slot is freed
 		c := w.cls[0]
-		if l := c.leader; l != nil && l.ready && len(c.members) > 1 && w.quorum(c) {
-			id := c.members[w.r.Intn(len(c.members))]
+		if l := c.leader; l != nil && l.ready && len(c.servers) > 1 && w.quorum(c) {
+			id := string(c.servers[w.r.Intn(len(c.servers))].ID)
 			if id != l.id && w.keepsQuorum(c, id, true) {
 				idx, res := w.appendEntry(c, command{Type: cmdRemove, NodeID: id, ClusterID: c.id})
-				for i, m := range c.members {
-					if m == id {
-						c.members = append(c.members[:i], c.members[i+1:]...)
-						break
-					}
-				}
+				c.removeMember(id)
 				l.catchUp(int(idx))
 				w.logf("%s removes %s at %d: %v", l.name(), id, idx, res)
 			}
@@ -1320,26 +1329,18 @@ func (w *simWorld) step() {
 			}
 			w.send(&simMsg{to: to, forward: true, c: c, from: n.addr, life: -1, forged: true})
 		}
+	case 17: // a leader's reconcile sweep (on a gossip event or its ticker)
+		w.sweep(w.cls[w.r.Intn(len(w.cls))])
 	}
 }
 
-// heartbeat: n learns its cluster's leader; gossip re-adds a removed live member.
-// A node that went down in this step (a leave ends in shutdown) is not live:
-// re-adding it kept a departed voter in the configuration for good, and a
-// lone survivor never had the quorum of clocks its reserves need (seed
-// 42654530852680, TestSimulateKnownSeeds).
+// heartbeat: n learns its cluster's leader.
 func (w *simWorld) heartbeat(n *simNode) {
 	if n.cl == nil || !n.awake() {
 		return
 	}
 	if n.cl.leader != nil {
 		n.believed = n.cl.leader
-	}
-	// The leader adds a live node it hears of (AddVoter, a configuration
-	// change Raft commits only with a quorum).
-	if l := n.cl.leader; !n.member(n.id) && !n.conflict && l != nil && l.awake() && l.ready && w.quorum(n.cl) {
-		n.cl.members = append(n.cl.members, n.id)
-		w.logf("%s adds %s as a voter", l.name(), n.name())
 	}
 }
 
@@ -1383,8 +1384,8 @@ func (w *simWorld) keepPromises() {
 			if w.now-l.ledAt >= simBarrierIn {
 				w.barrier(l)
 			}
-		case w.now >= w.quietAt+simReapAfter:
-			w.reapDead(c)
+		case w.now-c.lastSweep >= simSweep:
+			w.sweep(c)
 		}
 	}
 	for _, n := range w.nodes {
@@ -1410,55 +1411,166 @@ func (w *simWorld) keepPromises() {
 	}
 }
 
-// reapDead: c's leader removes every member, and frees every slot, of an
-// identity no node has any more (a wiped node's old ID), as reconcile does
-// for a member gone from gossip for reap-after.
-func (w *simWorld) reapDead(c *simCluster) {
-	live := func(id string) bool {
-		for _, n := range w.nodes {
-			if n.id == id {
-				return true
-			}
-		}
-		return false
+// The addresses a node at address a listens on.
+func raftAddr(a int) string { return fmt.Sprintf("raft-%d", a) }
+func grpcAddr(a int) string { return fmt.Sprintf("grpc-%d", a) }
+
+// gossipView is what gossip shows every member: each node's current
+// identity (alive while up, paused ones too; dead since it crashed; left
+// once its leave ended in shutdown), and every identity a wipe ended (dead
+// since the wipe), with the metadata each node gossips: its addresses, its
+// cluster once its replica knows it, and whether it has Raft state.
+func (w *simWorld) gossipView() map[string]gossipMember {
+	out := map[string]gossipMember{}
+	for _, g := range w.ghosts {
+		out[g.ID] = g
 	}
-	var dead []string
-	for _, id := range c.members {
-		if !live(id) {
-			dead = append(dead, id)
+	for _, n := range w.nodes {
+		m := gossipMember{ID: n.id, Parsed: true, State: MemberAlive, Meta: meta{Name: n.name(),
+			GRPCAddr: grpcAddr(n.addr), RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(),
+			Member: n.applied > 0 || (n.cl != nil && n.cl.member(n.id)), Leaving: n.leaving != 0}}
+		switch {
+		case n.up:
+		case n.left:
+			m.State, m.Since = MemberLeft, w.base.Add(n.downAt)
+		default:
+			m.State, m.Since = MemberDead, w.base.Add(n.downAt)
+		}
+		out[n.id] = m
+	}
+	return out
+}
+
+// probe is the leader's Status call to addr over the authenticated
+// transport: whoever listens there now answers, unless it is down or paused.
+func (w *simWorld) probe(addr string) (Status, error) {
+	for _, n := range w.nodes {
+		if grpcAddr(n.addr) != addr {
+			continue
+		}
+		if !n.awake() {
+			return Status{}, errors.New("connection refused")
+		}
+		return Status{ID: n.id, RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(), AppliedIndex: uint64(n.applied),
+			LastIndex: uint64(n.applied), Leaving: n.leaving != 0}, nil
+	}
+	return Status{}, errors.New("no such address")
+}
+
+// sweep is one reconcile sweep of c's leader (leader.go): the shipped
+// sweepProbes and sweepActions decide from the leader's Raft configuration,
+// gossip and replica, and the probes' answers; the world carries out each
+// action as the shell does, a configuration change or a Remove only with a
+// quorum (one without fails, as Raft's would).
+func (w *simWorld) sweep(c *simCluster) {
+	c.lastSweep = w.now
+	l := c.leader
+	if l == nil || !l.ready || !l.awake() || l.conflict {
+		return
+	}
+	v := &memberView{Self: l.id, SelfRaftAddr: raftAddr(l.addr), Own: l.ownCluster(),
+		Servers: append([]raft.Server(nil), c.servers...), Members: w.gossipView(), Addable: map[string]bool{},
+		StateAddr: map[string]string{}, LeaderApplied: uint64(l.applied), Now: w.base.Add(w.now), ReapAfter: simReapAfter}
+	for id, m := range v.Members {
+		v.Addable[id] = m.Parsed && ((m.Meta.ClusterID == "" && !m.Meta.Member) || (m.Meta.ClusterID != "" && m.Meta.ClusterID == v.Own))
+	}
+	st := l.replica.state
+	for _, id := range st.sortedNodeIDs() {
+		v.StateAddr[id] = st.Nodes[id].GRPCAddr
+		if !c.member(id) && id != l.id {
+			v.StateOnly = append(v.StateOnly, id)
 		}
 	}
-	for _, sl := range c.truth.state.Slots {
-		if sl.Owner != "" && !live(sl.Owner) && !c.member(sl.Owner) {
-			dead = append(dead, sl.Owner)
-		}
+	probes, gone := l.ls.sweepProbes(v)
+	keys := make([]probeKey, 0, len(probes))
+	for k := range probes {
+		keys = append(keys, k)
 	}
-	for _, id := range dead {
+	sort.Slice(keys, func(i, j int) bool { return keys[i].id+" "+keys[i].addr < keys[j].id+" "+keys[j].addr })
+	answers := map[probeKey]probeAnswer{}
+	for _, k := range keys {
+		st, err := w.probe(k.addr)
+		answers[k] = probeAnswer{st, err}
+	}
+	for _, a := range l.ls.sweepActions(v, gone, answers) {
+		if a.Kind == actRefuse || a.Kind == actNote || a.Kind == actWait {
+			continue
+		}
 		if !w.quorum(c) {
-			return
+			w.logf("%s cannot %v %s: no quorum", l.name(), a.Kind, a.ID)
+			continue
 		}
-		c.removeMember(id)
-		if _, known := c.truth.state.Nodes[id]; known || c.truth.state.slotOf(id) >= 0 {
-			idx, res := w.appendEntry(c, command{Type: cmdRemove, NodeID: id, ClusterID: c.id})
-			c.leader.catchUp(int(idx))
-			w.logf("%s reaps %s at %d: %v", c.leader.name(), id, idx, res)
+		w.memberActs[a.Kind]++
+		switch a.Kind {
+		case actReap:
+			idx, res := w.appendEntry(c, command{Type: cmdRemove, NodeID: a.ID, ClusterID: c.id})
+			c.removeMember(a.ID)
+			l.catchUp(int(idx))
+			l.ls.reaped(a.ID)
+			w.logf("%s reaps %s at %d (%s): %v", l.name(), a.ID, idx, a.Why, res)
+		case actAddNonvoter:
+			c.servers = append(c.servers, raft.Server{Suffrage: raft.Nonvoter, ID: raft.ServerID(a.ID), Address: raft.ServerAddress(a.Addr)})
+			l.ls.added(a.ID, v.Now)
+			w.logf("%s adds %s as a non-voter", l.name(), a.ID)
+		case actPromote, actMoveAddr:
+			for i := range c.servers {
+				if string(c.servers[i].ID) == a.ID {
+					c.servers[i].Address = raft.ServerAddress(a.Addr)
+					if a.Kind == actPromote {
+						c.servers[i].Suffrage = raft.Voter
+					}
+				}
+			}
+			if a.Kind == actPromote {
+				l.ls.promoted(a.ID)
+			} else {
+				l.ls.moved(a.ID)
+			}
+			w.logf("%s %v %s at %s", l.name(), a.Kind, a.ID, a.Addr)
 		}
 	}
 }
 
+func (c *simCluster) addServer(n *simNode, voter bool) {
+	s := raft.Server{Suffrage: raft.Nonvoter, ID: raft.ServerID(n.id), Address: raft.ServerAddress(raftAddr(n.addr))}
+	if voter {
+		s.Suffrage = raft.Voter
+	}
+	c.servers = append(c.servers, s)
+}
+
 func (c *simCluster) member(id string) bool {
-	for _, m := range c.members {
-		if m == id {
+	for _, s := range c.servers {
+		if string(s.ID) == id {
 			return true
 		}
 	}
 	return false
 }
 
+func (c *simCluster) voter(id string) bool {
+	for _, s := range c.servers {
+		if string(s.ID) == id {
+			return s.Suffrage == raft.Voter
+		}
+	}
+	return false
+}
+
+func (c *simCluster) voters() []string {
+	var out []string
+	for _, s := range c.servers {
+		if s.Suffrage == raft.Voter {
+			out = append(out, string(s.ID))
+		}
+	}
+	return out
+}
+
 func (c *simCluster) removeMember(id string) {
-	for i, m := range c.members {
-		if m == id {
-			c.members = append(c.members[:i], c.members[i+1:]...)
+	for i, s := range c.servers {
+		if string(s.ID) == id {
+			c.servers = append(c.servers[:i], c.servers[i+1:]...)
 			return
 		}
 	}

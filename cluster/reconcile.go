@@ -1,0 +1,369 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// The leader's membership decisions (reconcile, leader.go), as functions of
+// explicit inputs like the others in decide.go: a sweep gathers a
+// memberView (Raft's configuration, gossip's members, the replica's nodes,
+// the time), asks sweepProbes whom to probe, probes them, and carries out
+// the memberActions sweepActions returns. Both read and update only the
+// leader's bookkeeping (leaderState: since when a member is absent, a
+// non-voter unproven, a probe backed off); nothing here reads a clock, Raft,
+// gossip or the network.
+
+// memberView is what one reconcile sweep reads.
+type memberView struct {
+	// Self is this leader's node ID, SelfRaftAddr the Raft address it
+	// advertises now, Own its cluster.
+	Self, SelfRaftAddr, Own string
+	// Servers is Raft's configuration.
+	Servers []raft.Server
+	// Members is gossip's view, by node ID; Addable says of each whether
+	// it may be added (Node.addable: of this cluster, or fresh).
+	Members map[string]gossipMember
+	Addable map[string]bool
+	// StateAddr is the gRPC address each node's own Claim recorded in the
+	// replica; StateOnly the nodes (sorted) in the replica but not in Raft.
+	StateAddr map[string]string
+	StateOnly []string
+	// LeaderApplied is this leader's applied index.
+	LeaderApplied uint64
+	Now           time.Time
+	ReapAfter     time.Duration
+}
+
+// memberActKind is what a memberAction does.
+type memberActKind int
+
+const (
+	actOwnAddr     memberActKind = iota // re-add this leader at Addr, keeping its suffrage (Voter)
+	actReap                             // remove ID from the state and Raft, for Why
+	actRefuse                           // log once why nothing is done for ID (Name, Why, Err)
+	actNote                             // log Why for ID at debug level: nothing is done
+	actWait                             // log Why for ID: nothing is done yet
+	actAddNonvoter                      // add ID (Name) at Raft address Addr as a non-voter
+	actMoveAddr                         // re-add ID at Addr, keeping its suffrage (Voter)
+	actPromote                          // make the non-voter ID at Addr a voter
+)
+
+func (k memberActKind) String() string {
+	if int(k) < len(memberActNames) {
+		return memberActNames[k]
+	}
+	return fmt.Sprintf("memberActKind(%d)", int(k))
+}
+
+var memberActNames = []string{"update own address", "reap", "refuse", "note", "wait", "add non-voter", "move", "promote"}
+
+// memberAction is one thing a sweep does, in the order sweepActions lists
+// them: reaps first, then additions, moves and promotions.
+type memberAction struct {
+	Kind           memberActKind
+	ID, Name, Addr string
+	Voter          bool
+	// Why: the reason (reap, refuse, note, wait), or the address moved from
+	// (own address, move).
+	Why string
+	Err error
+}
+
+// alive: gossip shows id alive.
+func (v *memberView) alive(id string) bool {
+	m, seen := v.Members[id]
+	return seen && m.State == MemberAlive
+}
+
+// addrsOf is where id may answer (probeAddrs).
+func (v *memberView) addrsOf(ls *leaderState, id string) []string {
+	m, seen := v.Members[id]
+	return probeAddrs(id, ls.provenAddr[id], v.StateAddr[id], m, seen)
+}
+
+// memberIDs is gossip's members, sorted.
+func (v *memberView) memberIDs() []string { return slices.Sorted(maps.Keys(v.Members)) }
+
+// candidate: gossip shows m alive with a Raft address, it is not this
+// leader, and it may be added.
+func (v *memberView) candidate(id string, m gossipMember) bool {
+	return m.State == MemberAlive && m.Parsed && m.Meta.RaftAddr != "" && id != v.Self && v.Addable[id]
+}
+
+func joinKey(m gossipMember) string { return m.Meta.GRPCAddr + " " + m.Meta.RaftAddr }
+
+// sweepProbes decides whom a sweep asks who they are, and which servers and
+// slot holders are gone: shown left by gossip (true), or absent from it for
+// ReapAfter (false). It keeps absentSince current.
+func (ls *leaderState) sweepProbes(v *memberView) (probes map[probeKey]bool, gone map[string]bool) {
+	probes, gone = map[probeKey]bool{}, map[string]bool{}
+	ask := func(id string) {
+		for _, a := range v.addrsOf(ls, id) {
+			probes[probeKey{id, a}] = true
+		}
+	}
+	absent := func(id string) {
+		if v.alive(id) {
+			delete(ls.absentSince, id)
+			return
+		}
+		m, seen := v.Members[id]
+		if _, ok := ls.absentSince[id]; !ok {
+			since := v.Now
+			if seen && m.State == MemberDead && m.Since.Before(v.Now) {
+				since = m.Since
+			}
+			ls.absentSince[id] = since
+		}
+		left := seen && m.State == MemberLeft
+		if left || v.Now.Sub(ls.absentSince[id]) >= v.ReapAfter {
+			gone[id] = left
+			ask(id)
+		}
+	}
+	for _, s := range v.Servers {
+		if id := string(s.ID); id != v.Self {
+			absent(id)
+		}
+	}
+	for _, id := range v.StateOnly {
+		absent(id)
+	}
+	inRaft := serversByID(v.Servers)
+	for _, id := range v.memberIDs() {
+		m := v.Members[id]
+		if !v.candidate(id, m) {
+			continue
+		}
+		s, ok := inRaft[id]
+		switch {
+		case !ok && ls.backedOff(id, joinKey(m), v.Now):
+		case !ok, string(s.Address) != m.Meta.RaftAddr, s.Suffrage != raft.Voter:
+			ask(id)
+		}
+	}
+	return probes, gone
+}
+
+func serversByID(servers []raft.Server) map[string]raft.Server {
+	out := make(map[string]raft.Server, len(servers))
+	for _, s := range servers {
+		out[string(s.ID)] = s
+	}
+	return out
+}
+
+// sweepActions decides what a sweep does with the answers to its probes:
+// remove servers (and free the slots of nodes not in Raft) that are gone,
+// unless they still answer as members of this cluster (then the gossip news
+// is false: anyone with the gossip key can send it); add alive members that
+// answer as themselves as non-voters; promote non-voters that follow this
+// log, while voters < maxVoters; move servers whose address changed; and
+// remove non-voters that never prove themselves, after ReapAfter. It never
+// removes the leader itself. It keeps the leader's bookkeeping current, as
+// if every action succeeds; the shell reports a reap, addition or promotion
+// that failed by not calling reaped, added or promoted.
+func (ls *leaderState) sweepActions(v *memberView, gone map[string]bool, answers map[probeKey]probeAnswer) []memberAction {
+	var out []memberAction
+	answer := func(id string) (Status, error) {
+		st, addr, err := answerOf(id, v.addrsOf(ls, id), answers)
+		if err == nil {
+			ls.provenAddr[id] = addr
+		}
+		return st, err
+	}
+	inRaft := serversByID(v.Servers)
+	voters := 0
+	for _, s := range v.Servers {
+		if s.Suffrage == raft.Voter {
+			voters++
+		}
+	}
+
+	// A leader that restarted on a new address still has its old one in the
+	// configuration; other servers would dial that after it steps down.
+	if s, ok := inRaft[v.Self]; ok && string(s.Address) != v.SelfRaftAddr {
+		out = append(out, memberAction{Kind: actOwnAddr, ID: v.Self, Addr: v.SelfRaftAddr, Voter: s.Suffrage == raft.Voter, Why: string(s.Address)})
+	}
+
+	// Gone servers first, in configuration order, then slot holders.
+	reapGone := func(id, why string) {
+		left, ok := gone[id]
+		if !ok {
+			return
+		}
+		st, err := answer(id)
+		switch {
+		case err == nil && st.Leaving:
+			out = append(out, memberAction{Kind: actReap, ID: id, Why: why + "; it says it is leaving"})
+		case err == nil && st.ClusterID == v.Own:
+			news := "gone from gossip for reap-after"
+			if left {
+				news = "left"
+			}
+			out = append(out, memberAction{Kind: actRefuse, ID: id, Name: v.Members[id].Meta.Name, Why: "not removing a member gossip shows as " + news,
+				Err: errors.New("it answers over the authenticated transport as a member of this cluster")})
+		default:
+			if err == nil {
+				err = fmt.Errorf("%w (it names cluster %q)", errProbeCluster, st.ClusterID)
+			}
+			out = append(out, memberAction{Kind: actReap, ID: id, Why: fmt.Sprintf("%s; %v", why, err)})
+		}
+	}
+	for _, s := range v.Servers {
+		if id := string(s.ID); id != v.Self {
+			reapGone(id, "gone from gossip")
+		}
+	}
+	for _, id := range v.StateOnly {
+		reapGone(id, "not in raft and gone from gossip")
+	}
+
+	for _, id := range v.memberIDs() {
+		m := v.Members[id]
+		if m.State != MemberAlive || !m.Parsed || m.Meta.RaftAddr == "" || id == v.Self {
+			continue
+		}
+		s, ok := inRaft[id]
+		if !v.Addable[id] {
+			if !ok {
+				out = append(out, memberAction{Kind: actNote, ID: id, Why: "not adding a member of another or an unnamed cluster: " + m.Meta.ClusterID})
+			}
+			continue
+		}
+		switch {
+		case !ok:
+			out = ls.join(v, out, id, m, answer)
+		case string(s.Address) != m.Meta.RaftAddr:
+			// The node restarted on a new address with its old state: adding
+			// it again under the same ID updates the address, once the node
+			// itself says that is its address.
+			st, err := answer(id)
+			if err == nil {
+				err = memberProof(st, m.Meta.RaftAddr, v.Own)
+			}
+			if err != nil {
+				out = append(out, memberAction{Kind: actRefuse, ID: id, Name: m.Meta.Name, Why: "not moving a server to the raft address gossip shows", Err: err})
+				continue
+			}
+			out = append(out, memberAction{Kind: actMoveAddr, ID: id, Addr: m.Meta.RaftAddr, Voter: s.Suffrage == raft.Voter, Why: string(s.Address)})
+		case s.Suffrage == raft.Voter:
+			delete(ls.nonvoterSince, id)
+			delete(ls.unprovenSince, id)
+		default:
+			var promote bool
+			if out, promote = ls.promotion(v, out, id, m, s, voters, answer); promote {
+				voters++
+			}
+		}
+	}
+
+	// Forget backoffs of members gossip no longer shows alive, and wake the
+	// leader loop when the next backed-off probe is due (one already due
+	// waits for the next sweep or event: it may not be asked again at all).
+	ls.wake = time.Time{}
+	for id, b := range ls.backoff {
+		if v.Members[id].State != MemberAlive {
+			delete(ls.backoff, id)
+			continue
+		}
+		if b.next.After(v.Now) && (ls.wake.IsZero() || b.next.Before(ls.wake)) {
+			ls.wake = b.next
+		}
+	}
+	return out
+}
+
+// join decides on an alive member not in Raft: add it as a non-voter once it
+// answers as itself at the Raft address gossip shows, as a fresh node or one
+// of this cluster. A wiped data dir comes back as a new ID on the old
+// address; Raft refuses two servers on one address, so the old one goes, but
+// only once gossip no longer sees it alive: otherwise the two would take the
+// address from each other on every sweep.
+func (ls *leaderState) join(v *memberView, out []memberAction, id string, m gossipMember, answer func(string) (Status, error)) []memberAction {
+	if ls.backedOff(id, joinKey(m), v.Now) {
+		return out
+	}
+	st, err := answer(id)
+	if err == nil {
+		err = joinProof(st, m.Meta.RaftAddr, v.Own)
+	}
+	if err != nil {
+		ls.probeFailed(id, joinKey(m), v.Now)
+		return append(out, memberAction{Kind: actRefuse, ID: id, Name: m.Meta.Name, Why: "not adding a gossip member to raft", Err: err})
+	}
+	delete(ls.backoff, id)
+	taken := false
+	for _, old := range v.Servers {
+		if string(old.Address) != m.Meta.RaftAddr || string(old.ID) == id || string(old.ID) == v.Self {
+			continue
+		}
+		if v.alive(string(old.ID)) {
+			taken = true
+			continue
+		}
+		out = append(out, memberAction{Kind: actReap, ID: string(old.ID), Why: "address taken over by " + id})
+	}
+	if taken {
+		return append(out, memberAction{Kind: actWait, ID: id, Addr: m.Meta.RaftAddr,
+			Why: "waiting for the old owner of a raft address to fail before adding its successor"})
+	}
+	return append(out, memberAction{Kind: actAddNonvoter, ID: id, Name: m.Meta.Name, Addr: m.Meta.RaftAddr})
+}
+
+// promotion decides on a non-voter: promote it once it has answered as a
+// member following this log for a sweep and voters < maxVoters; remove it
+// once it has not proved itself for ReapAfter. It reports whether it
+// promotes.
+func (ls *leaderState) promotion(v *memberView, out []memberAction, id string, m gossipMember, s raft.Server, voters int,
+	answer func(string) (Status, error)) ([]memberAction, bool) {
+	st, err := answer(id)
+	if err == nil {
+		err = promoteProof(st, string(s.Address), v.Own, v.LeaderApplied)
+	}
+	if err != nil {
+		if _, ok := ls.unprovenSince[id]; !ok {
+			ls.unprovenSince[id] = v.Now
+		}
+		if v.Now.Sub(ls.unprovenSince[id]) >= v.ReapAfter {
+			delete(ls.unprovenSince, id)
+			return append(out, memberAction{Kind: actReap, ID: id, Why: fmt.Sprintf("a non-voter that has not proved itself for reap-after: %v", err)}), false
+		}
+		return append(out, memberAction{Kind: actRefuse, ID: id, Name: m.Meta.Name, Why: "not promoting a non-voter", Err: err}), false
+	}
+	delete(ls.unprovenSince, id)
+	delete(ls.refused, id)
+	since, ok := ls.nonvoterSince[id]
+	if !ok {
+		ls.nonvoterSince[id] = v.Now
+		return out, false
+	}
+	if voters < maxVoters && v.Now.Sub(since) >= time.Second {
+		return append(out, memberAction{Kind: actPromote, ID: id, Addr: string(s.Address)}), true
+	}
+	return out, false
+}
+
+// reaped, added, moved and promoted are the bookkeeping after an action of
+// that kind succeeded.
+func (ls *leaderState) reaped(id string) {
+	delete(ls.absentSince, id)
+	delete(ls.unprovenSince, id)
+	delete(ls.provenAddr, id)
+	delete(ls.refused, id)
+}
+
+func (ls *leaderState) added(id string, now time.Time) {
+	ls.nonvoterSince[id] = now
+	delete(ls.refused, id)
+}
+
+func (ls *leaderState) moved(id string) { delete(ls.refused, id) }
+
+func (ls *leaderState) promoted(id string) { delete(ls.nonvoterSince, id) }

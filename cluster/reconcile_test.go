@@ -1,0 +1,218 @@
+package cluster
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// The leader's membership decisions (reconcile.go), as a pure function of a
+// view and the probes' answers. The real-cluster tests (membership_test.go,
+// gossipauth_test.go) run the same code through the shell.
+
+var sweepT0 = time.Unix(1_800_000_000, 0)
+
+const sweepReapAfter = 30 * time.Second
+
+// sweepMember is an alive, parsed gossip member at gRPC address "g"+id and
+// Raft address "r"+id, of cluster own.
+func sweepMember(id string) gossipMember {
+	return gossipMember{ID: id, State: MemberAlive, Parsed: true, Since: sweepT0.Add(-time.Hour),
+		Meta: meta{Name: id, GRPCAddr: "g" + id, RaftAddr: "r" + id, ClusterID: "own", Member: true}}
+}
+
+func sweepView(now time.Time, servers []raft.Server, members ...gossipMember) *memberView {
+	v := &memberView{Self: "a", SelfRaftAddr: "ra", Own: "own", Servers: servers, Members: map[string]gossipMember{},
+		Addable: map[string]bool{}, StateAddr: map[string]string{}, LeaderApplied: 100, Now: now, ReapAfter: sweepReapAfter}
+	for _, m := range append([]gossipMember{sweepMember("a")}, members...) {
+		v.Members[m.ID] = m
+		v.Addable[m.ID] = m.Parsed && (m.Meta.ClusterID == "own" || (m.Meta.ClusterID == "" && !m.Meta.Member))
+	}
+	return v
+}
+
+func voter(id string) raft.Server {
+	return raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress("r" + id)}
+}
+
+func nonvoter(id string) raft.Server {
+	return raft.Server{Suffrage: raft.Nonvoter, ID: raft.ServerID(id), Address: raft.ServerAddress("r" + id)}
+}
+
+// answering: every probe of id at any address gets st (with its ID set),
+// or err.
+func answering(probes map[probeKey]bool, who map[string]probeAnswer) map[probeKey]probeAnswer {
+	out := map[probeKey]probeAnswer{}
+	for k := range probes {
+		if a, ok := who[k.id]; ok {
+			out[k] = a
+		} else {
+			out[k] = probeAnswer{err: errors.New("connection refused")}
+		}
+	}
+	return out
+}
+
+func member(id string, applied uint64) probeAnswer {
+	return probeAnswer{st: Status{ID: id, RaftAddr: "r" + id, ClusterID: "own", AppliedIndex: applied, LastIndex: applied}}
+}
+
+func sweep(ls *leaderState, v *memberView, who map[string]probeAnswer) []memberAction {
+	probes, gone := ls.sweepProbes(v)
+	return ls.sweepActions(v, gone, answering(probes, who))
+}
+
+func kinds(acts []memberAction) string {
+	var b []string
+	for _, a := range acts {
+		b = append(b, a.Kind.String()+" "+a.ID)
+	}
+	return strings.Join(b, ", ")
+}
+
+// TestSweepAddsAProvenMemberAndPromotesItASecondLater: a fresh member that
+// answers as itself is added as a non-voter; once it follows the log it is
+// promoted, but not before it has been a non-voter for a second.
+func TestSweepAddsAProvenMemberAndPromotesItASecondLater(t *testing.T) {
+	ls := newLeaderState()
+	fresh := sweepMember("b")
+	fresh.Meta.ClusterID, fresh.Meta.Member = "", false
+	v := sweepView(sweepT0, []raft.Server{voter("a")}, fresh)
+	acts := sweep(&ls, v, map[string]probeAnswer{"b": {st: Status{ID: "b", RaftAddr: "rb"}}})
+	if got := kinds(acts); got != "add non-voter b" || acts[0].Addr != "rb" {
+		t.Fatalf("fresh member: %s (%+v), want add non-voter b at rb", got, acts)
+	}
+	ls.added("b", sweepT0)
+	servers := []raft.Server{voter("a"), nonvoter("b")}
+	b := sweepMember("b")
+	if got := kinds(sweep(&ls, sweepView(sweepT0.Add(500*time.Millisecond), servers, b), map[string]probeAnswer{"b": member("b", 100)})); got != "" {
+		t.Fatalf("half a second after it was added: %s, want nothing", got)
+	}
+	if got := kinds(sweep(&ls, sweepView(sweepT0.Add(time.Second), servers, b), map[string]probeAnswer{"b": member("b", 100-promoteMaxLag-1)})); got != "refuse b" {
+		t.Fatalf("a non-voter behind the log: %s, want refuse b", got)
+	}
+	if got := kinds(sweep(&ls, sweepView(sweepT0.Add(time.Second), servers, b), map[string]probeAnswer{"b": member("b", 90)})); got != "promote b" {
+		t.Fatalf("a second later, following the log: %s, want promote b", got)
+	}
+}
+
+// TestSweepReapsOnlyWhatDoesNotAnswerAsAMember: a server gossip shows dead
+// for reap-after goes when it does not answer or says it is leaving, and
+// stays while it answers as a member (the gossip news may be forged).
+func TestSweepReapsOnlyWhatDoesNotAnswerAsAMember(t *testing.T) {
+	dead := sweepMember("b")
+	dead.State, dead.Since = MemberDead, sweepT0
+	servers := []raft.Server{voter("a"), voter("b"), voter("c")}
+	c := sweepMember("c")
+	for _, tc := range []struct {
+		name  string
+		after time.Duration
+		who   map[string]probeAnswer
+		want  string
+	}{
+		{"before reap-after", sweepReapAfter - time.Second, nil, ""},
+		{"silent", sweepReapAfter, nil, "reap b"},
+		{"leaving", sweepReapAfter, map[string]probeAnswer{"b": {st: Status{ID: "b", RaftAddr: "rb", ClusterID: "own", Leaving: true}}}, "reap b"},
+		{"another cluster's", sweepReapAfter, map[string]probeAnswer{"b": {st: Status{ID: "b", RaftAddr: "rb", ClusterID: "other"}}}, "reap b"},
+		{"another node at its address", sweepReapAfter, map[string]probeAnswer{"b": {st: Status{ID: "x", RaftAddr: "rb", ClusterID: "own"}}}, "reap b"},
+		{"answers as a member", sweepReapAfter, map[string]probeAnswer{"b": member("b", 100)}, "refuse b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ls := newLeaderState()
+			who := map[string]probeAnswer{"c": member("c", 100)}
+			for id, a := range tc.who {
+				who[id] = a
+			}
+			if got := kinds(sweep(&ls, sweepView(sweepT0.Add(tc.after), servers, dead, c), who)); got != tc.want {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+	// The leader itself is never reaped, whatever gossip says of it.
+	ls := newLeaderState()
+	v := sweepView(sweepT0.Add(time.Hour), servers, dead, c)
+	self := v.Members["a"]
+	self.State = MemberLeft
+	v.Members["a"] = self
+	for _, a := range sweep(&ls, v, nil) {
+		if a.ID == "a" {
+			t.Fatalf("an action on the leader itself: %+v", a)
+		}
+	}
+}
+
+// TestSweepWaitsForTheOldOwnerOfAnAddress: a wiped node comes back as a new
+// ID at its old Raft address; the old ID goes only once gossip stops
+// showing it alive, and the new one is added after it.
+func TestSweepWaitsForTheOldOwnerOfAnAddress(t *testing.T) {
+	old := sweepMember("b0")
+	old.Meta.RaftAddr = "rb"
+	wiped := sweepMember("b1")
+	wiped.Meta.RaftAddr, wiped.Meta.ClusterID, wiped.Meta.Member = "rb", "", false
+	servers := []raft.Server{voter("a"), {Suffrage: raft.Voter, ID: "b0", Address: "rb"}}
+	who := map[string]probeAnswer{"b1": {st: Status{ID: "b1", RaftAddr: "rb"}}, "b0": {st: Status{ID: "b0", RaftAddr: "rb", ClusterID: "own"}}}
+	ls := newLeaderState()
+	if got := kinds(sweep(&ls, sweepView(sweepT0, servers, old, wiped), who)); got != "wait b1" {
+		t.Fatalf("old owner alive: %s, want wait b1", got)
+	}
+	old.State, old.Since = MemberDead, sweepT0
+	delete(who, "b0")
+	if got := kinds(sweep(&ls, sweepView(sweepT0.Add(time.Second), servers, old, wiped), who)); got != "reap b0, add non-voter b1" {
+		t.Fatalf("old owner dead: %s, want reap b0, add non-voter b1", got)
+	}
+}
+
+// TestSweepRefusesWhatGossipAloneClaims: a member that does not answer as
+// itself is not added, is asked again only after a backoff, and a member of
+// another cluster is never asked at all.
+func TestSweepRefusesWhatGossipAloneClaims(t *testing.T) {
+	liar := sweepMember("c")
+	other := sweepMember("d")
+	other.Meta.ClusterID = "other"
+	ls := newLeaderState()
+	servers := []raft.Server{voter("a")}
+	who := map[string]probeAnswer{"c": {st: Status{ID: "someone-else", RaftAddr: "rc"}}, "d": member("d", 100)}
+	acts := sweep(&ls, sweepView(sweepT0, servers, liar, other), who)
+	if got := kinds(acts); got != "refuse c, note d" || !errors.Is(acts[0].Err, errProbeOtherNode) {
+		t.Fatalf("got %s (%+v), want refuse c (another node answers), note d", got, acts)
+	}
+	probes, _ := ls.sweepProbes(sweepView(sweepT0.Add(probeBackoffMin/2), servers, liar, other))
+	if len(probes) != 0 {
+		t.Fatalf("within the backoff: probes %v, want none", probes)
+	}
+	if ls.wake != sweepT0.Add(probeBackoffMin) {
+		t.Fatalf("wake %v, want the backoff's end %v", ls.wake, sweepT0.Add(probeBackoffMin))
+	}
+	probes, _ = ls.sweepProbes(sweepView(sweepT0.Add(probeBackoffMin), servers, liar, other))
+	if !probes[probeKey{"c", "gc"}] || len(probes) != 1 {
+		t.Fatalf("after the backoff: probes %v, want c at gc only", probes)
+	}
+}
+
+// TestSweepReapsANonvoterThatNeverProvesItself, and moves a server whose
+// Raft address changed only when it says so itself.
+func TestSweepReapsANonvoterThatNeverProvesItself(t *testing.T) {
+	ls := newLeaderState()
+	servers := []raft.Server{voter("a"), nonvoter("b")}
+	b := sweepMember("b")
+	if got := kinds(sweep(&ls, sweepView(sweepT0, servers, b), nil)); got != "refuse b" {
+		t.Fatalf("silent non-voter: %s, want refuse b", got)
+	}
+	if got := kinds(sweep(&ls, sweepView(sweepT0.Add(sweepReapAfter), servers, b), nil)); got != "reap b" {
+		t.Fatalf("silent non-voter after reap-after: %s, want reap b", got)
+	}
+
+	moved := sweepMember("c")
+	moved.Meta.RaftAddr = "rc2"
+	servers = []raft.Server{voter("a"), voter("c")}
+	if got := kinds(sweep(&ls, sweepView(sweepT0, servers, moved), map[string]probeAnswer{"c": member("c", 100)})); got != "refuse c" {
+		t.Fatalf("gossip shows a new address the node does not: %s, want refuse c", got)
+	}
+	acts := sweep(&ls, sweepView(sweepT0, servers, moved), map[string]probeAnswer{"c": {st: Status{ID: "c", RaftAddr: "rc2", ClusterID: "own"}}})
+	if got := kinds(acts); got != "move c" || acts[0].Addr != "rc2" || !acts[0].Voter {
+		t.Fatalf("the node says so too: %s (%+v), want move c to rc2 as a voter", got, acts)
+	}
+}
