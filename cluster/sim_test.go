@@ -1609,7 +1609,47 @@ func (w *simWorld) liveProblem() string {
 			p = q
 		}
 	}
+	for _, c := range w.cls {
+		if p == "" {
+			p = w.membershipProblem(c)
+		}
+	}
 	return p
+}
+
+// membershipProblem: reconcile has not brought c's membership in line with
+// its live nodes yet: a server or a slot holder is an identity no live node
+// of c has (gone for good, or down since the faults stopped: not reaped),
+// or a live node of c is not a voter (not added or not promoted; at most
+// maxVoters, and the world has fewer addresses).
+func (w *simWorld) membershipProblem(c *simCluster) string {
+	if c.younger {
+		return ""
+	}
+	live := func(id string) bool {
+		for _, n := range w.nodes {
+			if n.id == id && n.up && n.cl == c && !n.conflict {
+				return true
+			}
+		}
+		return false
+	}
+	for _, sv := range c.servers {
+		if !live(string(sv.ID)) {
+			return fmt.Sprintf("server %s of %s is no live node's identity: not reaped", sv.ID, c.id)
+		}
+	}
+	for i, sl := range c.truth.state.Slots {
+		if sl.Owner != "" && !live(sl.Owner) {
+			return fmt.Sprintf("slot %d of %s is held by %s, no live node's identity: not reaped", i, c.id, sl.Owner)
+		}
+	}
+	for _, n := range w.nodes {
+		if n.up && n.cl == c && !n.conflict && !c.voter(n.id) {
+			return fmt.Sprintf("%s is a live node of %s but not a voter", n.name(), c.id)
+		}
+	}
+	return ""
 }
 
 func (w *simWorld) nodeLiveProblem(n *simNode) string {
