@@ -114,6 +114,7 @@ var simKnownSeeds = []struct {
 	found string
 }{
 	{42654530852680, "world: a node that shut down after its leave was re-added as a voter by a heartbeat in the same step; the lone survivor then lacked the quorum of clocks for every reserve (liveness)"},
+	{45319, "a deposed leader answers \"not owner\" for a tenure its successor committed; the old agent stopped that valid generator on the answer (the mutation table's last row, first found at this seed)"},
 }
 
 // TestSimulateKnownSeeds replays every schedule in simKnownSeeds.
