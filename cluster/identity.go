@@ -193,17 +193,17 @@ func (n *Node) ownCluster() string {
 	return own
 }
 
-// addable reports whether the leader may add a gossip member to Raft: a
-// member of this cluster, or a fresh node that belongs to no cluster yet.
-// A member of another cluster, or one that has state but does not (yet)
-// say which cluster it is in, is never added: its log would mix two
-// clusters' slots.
-func (n *Node) addable(m gossipMember) bool {
+// addable reports whether the leader of cluster own may add a gossip member
+// to Raft: a member of this cluster, or a fresh node that belongs to no
+// cluster yet. A member of another cluster, or one that has state but does
+// not (yet) say which cluster it is in, is never added: its log would mix
+// two clusters' slots. (A pure decision: reconcile and the simulator call it.)
+func addable(m gossipMember, own string) bool {
 	if !m.Parsed {
 		return false
 	}
 	if m.Meta.ClusterID == "" {
 		return !m.Meta.Member
 	}
-	return m.Meta.ClusterID == n.ownCluster()
+	return m.Meta.ClusterID == own
 }

@@ -193,7 +193,7 @@ func (n *Node) reconcile() {
 		Now: time.Now(), ReapAfter: n.cfg.ReapAfter,
 	}
 	for id, m := range v.Members {
-		v.Addable[id] = n.addable(m)
+		v.Addable[id] = addable(m, v.Own)
 	}
 	inRaft := serversByID(v.Servers)
 	n.fsm.view(func(s *state) {

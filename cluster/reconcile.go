@@ -27,7 +27,7 @@ type memberView struct {
 	// Servers is Raft's configuration.
 	Servers []raft.Server
 	// Members is gossip's view, by node ID; Addable says of each whether
-	// it may be added (Node.addable: of this cluster, or fresh).
+	// it may be added (addable: of this cluster, or fresh).
 	Members map[string]gossipMember
 	Addable map[string]bool
 	// StateAddr is the gRPC address each node's own Claim recorded in the

@@ -29,7 +29,7 @@ func sweepView(now time.Time, servers []raft.Server, members ...gossipMember) *m
 		Addable: map[string]bool{}, StateAddr: map[string]string{}, LeaderApplied: 100, Now: now, ReapAfter: sweepReapAfter}
 	for _, m := range append([]gossipMember{sweepMember("a")}, members...) {
 		v.Members[m.ID] = m
-		v.Addable[m.ID] = m.Parsed && (m.Meta.ClusterID == "own" || (m.Meta.ClusterID == "" && !m.Meta.Member))
+		v.Addable[m.ID] = addable(m, v.Own)
 	}
 	return v
 }

@@ -1472,7 +1472,7 @@ func (w *simWorld) sweep(c *simCluster) {
 		Servers: append([]raft.Server(nil), c.servers...), Members: w.gossipView(), Addable: map[string]bool{},
 		StateAddr: map[string]string{}, LeaderApplied: uint64(l.applied), Now: w.base.Add(w.now), ReapAfter: simReapAfter}
 	for id, m := range v.Members {
-		v.Addable[id] = m.Parsed && ((m.Meta.ClusterID == "" && !m.Meta.Member) || (m.Meta.ClusterID != "" && m.Meta.ClusterID == v.Own))
+		v.Addable[id] = addable(m, v.Own)
 	}
 	st := l.replica.state
 	for _, id := range st.sortedNodeIDs() {
