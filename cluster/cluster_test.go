@@ -3,11 +3,12 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"github.com/idgen/idgen/scripts/harness"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 // startThree brings up a, b, c with --bootstrap-expect 3, all ready; tune

@@ -3,10 +3,11 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"github.com/idgen/idgen/scripts/harness"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 func TestClusterTimeIsTheQuorumthLatestClock(t *testing.T) {

@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"errors"
-	"github.com/idgen/idgen/scripts/harness"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/idgen/idgen/generator"
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 // pseudoNode speaks for a node the way its agent would (claims and reserves

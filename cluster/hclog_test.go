@@ -3,7 +3,6 @@ package cluster
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/idgen/idgen/scripts/harness"
 	"log/slog"
 	"strings"
 	"sync"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 // syncBuffer is a bytes.Buffer safe for the goroutines Raft logs from.

@@ -3,7 +3,6 @@ package cluster
 import (
 	"encoding/json"
 	"errors"
-	"github.com/idgen/idgen/scripts/harness"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idgen/idgen/generator"
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 // A cluster founded with a layout of its own keeps it: a node that joins

@@ -3,12 +3,12 @@ package cluster
 import (
 	"context"
 	"errors"
-	"github.com/idgen/idgen/scripts/harness"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idgen/idgen/generator"
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 func TestStandbyTakesOverReapedSlot(t *testing.T) {

@@ -2,13 +2,14 @@ package cluster
 
 import (
 	"fmt"
-	"github.com/idgen/idgen/scripts/harness"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 // A lone node leads within a fraction of raft's default 1-2 s first

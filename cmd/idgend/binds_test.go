@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/idgen/idgen/scripts/harness"
 	"io"
 	"net"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 // fakeResolver makes lookupIP answer from names for the test's duration.

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"github.com/idgen/idgen/scripts/harness"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/idgen/idgen/generator"
 	"github.com/idgen/idgen/rpc/idclient"
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 // checkCodeRun checks twenty codes drawn in a row with a key: all 7

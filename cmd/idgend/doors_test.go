@@ -3,13 +3,14 @@ package main
 import (
 	"bufio"
 	"errors"
-	"github.com/idgen/idgen/scripts/harness"
 	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 // closedWithin reads c until the server closes it; it reports how long

@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"github.com/idgen/idgen/scripts/harness"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idgen/idgen/rpc/idclient"
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 // drawNodes draws a few batches and returns the nodes that served them.

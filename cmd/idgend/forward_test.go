@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"github.com/idgen/idgen/scripts/harness"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 // TestForwardedCommandOutsideTheLayout sends the leader, through the peer

@@ -2,12 +2,13 @@ package main
 
 import (
 	"encoding/json"
-	"github.com/idgen/idgen/scripts/harness"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 // metricsText is a node's /metrics page ("" when unreachable).

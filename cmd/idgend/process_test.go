@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"github.com/idgen/idgen/scripts/harness"
 	"net"
 	"os"
 	"os/exec"
@@ -23,6 +22,7 @@ import (
 	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
 	"github.com/idgen/idgen/rpc/idcheck"
 	"github.com/idgen/idgen/rpc/idclient"
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 type statusOut struct {

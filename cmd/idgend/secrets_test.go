@@ -1,13 +1,13 @@
 package main
 
 import (
-	"github.com/idgen/idgen/scripts/harness"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/idgen/idgen/rpc/tlsconf"
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 // TestKeyFilesReadableByOthersRefused: a TLS key, a gossip key file or a CA

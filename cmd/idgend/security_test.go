@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"github.com/idgen/idgen/scripts/harness"
 	"net"
 	"os"
 	"path/filepath"
@@ -23,6 +22,7 @@ import (
 
 	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
 	"github.com/idgen/idgen/rpc/tlsconf"
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 // pki is a CA directory made with idctl tls, as an operator would.

@@ -3,7 +3,6 @@ package idclient
 import (
 	"context"
 	"errors"
-	"github.com/idgen/idgen/scripts/harness"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/idgen/idgen/generator"
 	"github.com/idgen/idgen/rpc"
 	"github.com/idgen/idgen/rpc/rpctest"
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 func threeNodes(t *testing.T) ([]*node, string) {

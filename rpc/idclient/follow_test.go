@@ -2,7 +2,6 @@ package idclient
 
 import (
 	"context"
-	"github.com/idgen/idgen/scripts/harness"
 	"net"
 	"sync"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
 	"github.com/idgen/idgen/rpc"
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 // seedNode is a real gRPC server whose ClusterService.Members answers a

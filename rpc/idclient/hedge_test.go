@@ -3,7 +3,6 @@ package idclient
 import (
 	"context"
 	"errors"
-	"github.com/idgen/idgen/scripts/harness"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -16,6 +15,7 @@ import (
 
 	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
 	"github.com/idgen/idgen/rpc"
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 // silentNode is a real gRPC server that reports SERVING and accepts

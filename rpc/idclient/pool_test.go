@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/idgen/idgen/scripts/harness"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/idgen/idgen/rpc"
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 // readyBatches is the number of fetched batches waiting besides the one
