@@ -38,14 +38,7 @@ func serveOn(t *testing.T, cfg ServerConfig) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-	t.Cleanup(func() {
-		srv.Shutdown(2 * time.Second)
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
+	serveUntilCleanup(t, srv, lis)
 	return lis.Addr().String()
 }
 
