@@ -24,7 +24,7 @@ const (
 
 // claimRetryAfter is the wait before the next claim after one that failed with err.
 func claimRetryAfter(err error) time.Duration {
-	if errors.Is(err, ErrNoLeader) || errors.Is(err, ErrNotLeader) || errors.Is(err, ErrLeaderNotReady) {
+	if errors.Is(err, ErrNoLeader) || errors.Is(err, ErrNotLeader) || errors.Is(err, ErrLeaderNotReady) || errors.Is(err, errNoInitYet) {
 		return agentTick
 	}
 	return claimRetry
@@ -204,8 +204,16 @@ func (n *Node) claimFailure(err error) string {
 		return "standby: every slot is owned; waiting for one to be freed"
 	case errors.Is(err, ErrLayoutMismatch), errors.Is(err, ErrClockSkew):
 		return err.Error()
-	case errors.Is(err, ErrNoLeader) && !n.partOfCluster():
+	case (errors.Is(err, ErrNoLeader) || errors.Is(err, errNoInitYet)) && !n.partOfCluster():
+		if why := n.joinBlocked(); why != "" {
+			return "no slot: " + why
+		}
+		if n.cfg.BootstrapExpect == 1 && len(n.cfg.Join) == 0 {
+			return "no slot yet: founding a cluster of its own (--bootstrap-expect 1, no --join)"
+		}
 		return "no slot: waiting to be added to a cluster by its leader (check --join), or for --bootstrap-expect nodes to meet"
+	case errors.Is(err, errNoInitYet):
+		return "no slot: " + err.Error()
 	case errors.Is(err, ErrNoLeader):
 		return "no slot: no raft leader known"
 	default:

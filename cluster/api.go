@@ -62,6 +62,12 @@ type MemberInfo struct {
 	GossipState string // MemberState's word: alive, dead, left, unknown
 	GrantedLead time.Duration
 	ClockSkew   time.Duration
+	// Version, Revision and Protocols are what the member's gossip metadata
+	// says of its build ("" and version 1 for a release before protocol 2,
+	// which gossips no revision or range).
+	Version   string
+	Revision  string
+	Protocols ProtocolRange
 }
 
 // Status is this node's view of itself.
@@ -94,6 +100,14 @@ type Status struct {
 	RaftAddr string
 	// Leaving is set once the node has begun a graceful leave.
 	Leaving bool
+	// Protocols is the range of protocol versions the node speaks, and
+	// ClusterProtocol the version its cluster runs as it sees it
+	// (protocol.go). A Status from a release before version 2 has neither.
+	Protocols       ProtocolRange
+	ClusterProtocol int
+	// Clock is the node's clock when it answered (Unix ns; 0 from a release
+	// before protocol 2): the leader counts it in the cluster's time.
+	Clock int64
 }
 
 // ReasonLeaving is the not-ready reason of a node that is leaving the

@@ -30,6 +30,7 @@ func (n *Node) propose(ctx context.Context, c command) (result, error) {
 		}
 	}
 	c.ClusterID = in.Own
+	_, c.Protocol, _ = n.clusterProtocol()
 	switch rt, err := proposeRoute(in); rt {
 	case routeLocal:
 		return n.handle(ctx, c)
@@ -48,7 +49,8 @@ func (n *Node) propose(ctx context.Context, c command) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	if err := acceptAnswer(in.Own, in.LeaderAddr, r); err != nil {
+	if err := acceptAnswer(in.Own, in.LeaderAddr, r, n.cfg.protocols); err != nil {
+		n.peerRefusal("answer:"+in.LeaderAddr, "ignored the leader's answer", "leader", in.LeaderID, "err", err)
 		return result{}, err
 	}
 	return r, nil
@@ -68,7 +70,7 @@ func (n *Node) grpcAddrOf(id string) string {
 // be the leader. It is the server side of Forwarder; forwardCheck (decide.go)
 // makes the identity checks.
 func (n *Node) ApplyForwarded(ctx context.Context, data []byte) ([]byte, error) {
-	in := forwardIn{Leader: n.rs.raft.State() == raft.Leader}
+	in := forwardIn{Leader: n.rs.raft.State() == raft.Leader, Speaks: n.cfg.protocols}
 	var (
 		c      command
 		decErr error
@@ -80,12 +82,17 @@ func (n *Node) ApplyForwarded(ctx context.Context, data []byte) ([]byte, error) 
 		}
 	}
 	if err := forwardCheck(in, c, decErr); err != nil {
+		if in.Leader && !errors.Is(err, ErrClusterConflict) {
+			n.peerRefusal("forward:"+c.nodeID(), "refused a forwarded command", "from", c.nodeID(), "type", c.Type.String(),
+				"its_protocol", versionOf(c.Protocol), "own_protocols", in.Speaks.String(), "err", err)
+		}
 		return nil, err
 	}
 	r, err := n.handle(ctx, c)
 	if err != nil {
 		return nil, err
 	}
+	_, r.Protocol, _ = n.clusterProtocol()
 	return encodeResult(r)
 }
 
@@ -148,6 +155,10 @@ func (n *Node) raftApply(ctx context.Context, c command) (result, uint64, error)
 		if err := f(c); err != nil {
 			return result{}, 0, fmt.Errorf("raft apply %s: %w", c.Type, err)
 		}
+	}
+	_, running, _ := n.clusterProtocol()
+	if err := writable(c.Type, running); err != nil {
+		return result{}, 0, err
 	}
 	data, err := encodeCommand(c)
 	if err != nil {

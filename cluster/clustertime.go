@@ -10,10 +10,16 @@ import (
 
 // Cluster time (DESIGN.md, "One wrong clock cannot lend an hour"): the leader
 // bounds every grant by a time that a quorum of voters agrees with, never by
-// its own clock alone. Every Claim and Reserve carries its sender's clock;
-// the leader keeps each node's latest report, ages it by the real time that
-// has passed since it arrived, and takes the quorum-th latest of its own clock
-// and the voters' aged reports.
+// its own clock alone. The leader hears each voter's clock on its own
+// initiative (pollClocks: the authenticated Status it asks every few
+// seconds, whether or not the voter sends it commands) and from every Claim
+// and Reserve of a member; it keeps each node's latest report, ages it by
+// the real time that has passed since it arrived, and takes the quorum-th
+// latest of its own clock and the voters' aged reports. A voter that has
+// reported nothing for clockTTL while this node led (dead, cut off, or a
+// release that puts no clock in its Status and sends no commands) is absent:
+// the quorum is taken over the voters present, so that a silent voter is
+// never a reason to grant nothing.
 
 // clockSampleTTL: a report older than this says nothing about a clock now.
 // Every node reserves at least every half lead (5 s by default), so a live
@@ -51,9 +57,9 @@ func (b *clockBook) reset() {
 	b.last = nil
 }
 
-// estimates returns the current clock of each of ids that reported within
-// clockSampleTTL: its report aged by the real time since it arrived.
-func (b *clockBook) estimates(ids []string, now time.Time) []time.Time {
+// byID returns the current clock of each of ids that reported within ttl:
+// its report aged by the real time since it arrived.
+func (b *clockBook) byID(ids []string, now time.Time, ttl time.Duration) []time.Time {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out []time.Time
@@ -62,11 +68,18 @@ func (b *clockBook) estimates(ids []string, now time.Time) []time.Time {
 		if !ok {
 			continue
 		}
-		if age := now.Sub(s.at); age <= clockSampleTTL {
+		if age := now.Sub(s.at); age <= ttl {
 			out = append(out, s.reported.Add(age))
 		}
 	}
 	return out
+}
+
+// heardSince is when id's latest report arrived (zero if never).
+func (b *clockBook) heardSince(id string) time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.last[id].at
 }
 
 // recent counts the nodes heard from within window whose clocks were off this
@@ -103,21 +116,105 @@ func clusterTime(own time.Time, others []time.Time, quorum int) (t time.Time, kn
 }
 
 // clusterNow is the cluster's time as this leader sees it, from its own clock
-// now and the voters' latest reports.
+// now and the voters' latest reports (clockQuorum says which count).
 func (n *Node) clusterNow(own time.Time) (time.Time, bool) {
 	f := n.rs.raft.GetConfiguration()
 	if f.Error() != nil {
 		return own, false
 	}
 	var others []string
-	voters := 0
 	for _, s := range f.Configuration().Servers {
-		if s.Suffrage == raft.Voter {
-			voters++
-			if string(s.ID) != n.id {
-				others = append(others, string(s.ID))
+		if s.Suffrage == raft.Voter && string(s.ID) != n.id {
+			others = append(others, string(s.ID))
+		}
+	}
+	led := time.Duration(0)
+	if since := n.ledSince.Load(); since != 0 {
+		led = time.Since(time.Unix(0, since))
+	}
+	est, quorum := clockQuorum(n.clocks.byID(others, time.Now(), n.cfg.clockTTL), len(others), led, n.cfg.clockTTL)
+	return clusterTime(own, est, quorum)
+}
+
+// clockQuorum is which clocks count in the cluster's time and how many of
+// them must agree: fresh holds the aged reports of the other voters heard
+// from within ttl, of others in all; led is how long this node has led. A
+// voter not heard from counts as present (its clock is awaited) until this
+// node has led for ttl; after that it is absent, and the quorum is a
+// majority of this node and the voters present.
+func clockQuorum(fresh []time.Time, others int, led, ttl time.Duration) ([]time.Time, int) {
+	present := 1 + others
+	if led >= ttl {
+		present = 1 + len(fresh)
+	}
+	return fresh, present/2 + 1
+}
+
+// clockPollEvery is how often the leader asks a voter it has not heard from
+// for its Status (and with it its clock).
+const clockPollEvery = 2 * time.Second
+
+// clockPollTargets are the voters (other than self) whose latest report is
+// older than every at now: the ones the leader asks for their Status.
+func clockPollTargets(voters []string, self string, heard func(string) time.Time, now time.Time, every time.Duration) []string {
+	var out []string
+	for _, id := range voters {
+		if id != self && now.Sub(heard(id)) >= every {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// statusClock is the clock sample a voter's Status answer gives the leader
+// of cluster own: only an answer from the voter itself (st.ID == id), of
+// this cluster, with a clock (a release before protocol 2 sends none).
+// leaderNow is the leader's clock and at the real time when it arrived.
+func statusClock(id, own string, st Status, leaderNow, at time.Time) (clockSample, bool) {
+	if st.ID != id || own == "" || st.ClusterID != own || st.Clock == 0 {
+		return clockSample{}, false
+	}
+	return clockSample{reported: time.Unix(0, st.Clock), leader: leaderNow, at: at}, true
+}
+
+// pollClocks runs while this node leads: every clockPollEvery it asks each
+// voter it has not heard from within that time for its Status over the
+// authenticated transport and records the clock it answers with. It runs
+// beside the leader loop, so that a slow or silent voter never holds up a
+// sweep.
+func (n *Node) pollClocks(stop <-chan struct{}) {
+	tick := time.NewTicker(clockPollEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		f := n.rs.raft.GetConfiguration()
+		if f.Error() != nil {
+			continue
+		}
+		var voters []string
+		for _, s := range f.Configuration().Servers {
+			if s.Suffrage == raft.Voter {
+				voters = append(voters, string(s.ID))
+			}
+		}
+		own := n.ownCluster()
+		keys := map[probeKey]bool{}
+		for _, id := range clockPollTargets(voters, n.id, n.clocks.heardSince, time.Now(), clockPollEvery) {
+			if addr := n.grpcAddrOf(id); addr != "" {
+				keys[probeKey{id, addr}] = true
+			}
+		}
+		for k, a := range n.probeAll(keys) {
+			if a.err != nil {
+				continue
+			}
+			if s, ok := statusClock(k.id, own, a.st, n.clock.Now(), time.Now()); ok {
+				n.clocks.observe(k.id, s)
 			}
 		}
 	}
-	return clusterTime(own, n.clocks.estimates(others, time.Now()), voters/2+1)
 }

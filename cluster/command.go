@@ -92,6 +92,10 @@ type command struct {
 	// SentAt is the sender's clock (Unix nanoseconds) when it made the request.
 	// The leader checks it against its own clock before proposing; Apply ignores it.
 	SentAt int64 `json:"sent_at,omitempty"`
+	// Protocol is the protocol version a forwarded command is written in
+	// (protocol.go; 0, from a release before version 2, means 1). The
+	// leader refuses one it does not speak; Apply ignores it.
+	Protocol int `json:"pv,omitempty"`
 }
 
 // result is what Apply returns for a command, and what a forwarded command
@@ -113,6 +117,9 @@ type result struct {
 	// answer from another cluster. An answer is only a hint in any case: a
 	// node mints from its own applied log (agent.go).
 	ClusterID string `json:"cluster_id,omitempty"`
+	// Protocol is the version the answer is written in (0 means 1); a
+	// follower ignores an answer of a version it does not speak.
+	Protocol int `json:"pv,omitempty"`
 }
 
 func encodeCommand(c command) ([]byte, error) {

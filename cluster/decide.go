@@ -229,6 +229,10 @@ type proposeIn struct {
 	CanForward bool
 }
 
+// errNoInitYet: a node that knows no cluster yet has nothing to send a
+// leader (it could not check the answer).
+var errNoInitYet = fmt.Errorf("%w yet: this node has not applied its cluster's first log entry (it is new, or still catching up with the leader's log)", ErrNotReady)
+
 // proposeRoute decides where a command goes: refused when the node is in
 // conflict, handled here when it leads, else forwarded to the leader it
 // knows, if it knows one, has its address, and its own replica names the
@@ -240,7 +244,7 @@ func proposeRoute(in proposeIn) (route, error) {
 	case in.Leader:
 		return routeLocal, nil
 	case in.Own == "":
-		return routeRefuse, fmt.Errorf("%w: this node has not applied its cluster's first log entry yet", ErrNoLeader)
+		return routeRefuse, errNoInitYet
 	case in.LeaderID == "":
 		return routeRefuse, ErrNoLeader
 	case in.LeaderAddr == "":
@@ -254,12 +258,15 @@ func proposeRoute(in proposeIn) (route, error) {
 // acceptAnswer is the follower's check of the answer to a forward it sent
 // to addr: an answer of another cluster is ignored. (An accepted answer is
 // still only a hint: a node mints only from its own log.)
-func acceptAnswer(own, addr string, r result) error {
+//
+// An answer written in a protocol version this node does not speak is
+// ignored too (speaks is this node's range; protocol.go).
+func acceptAnswer(own, addr string, r result, speaks ProtocolRange) error {
 	if r.ClusterID != own {
 		return fmt.Errorf("%w: the leader at %s answered for cluster %q, this node belongs to %q; answer ignored",
 			ErrWrongCluster, addr, r.ClusterID, own)
 	}
-	return nil
+	return checkMessageVersion("the answer", "the leader at "+addr, r.Protocol, speaks)
 }
 
 // forwardIn is what the leader's checks of a forwarded command read.
@@ -270,11 +277,14 @@ type forwardIn struct {
 	Conflict error
 	// Own is this node's cluster.
 	Own string
+	// Speaks is the protocol versions this node speaks.
+	Speaks ProtocolRange
 }
 
 // forwardCheck is ApplyForwarded's identity checks, in its order: only a
-// leader, not in conflict, takes a well-formed command (decodeErr is the
-// error decoding it, if any) that names the leader's own cluster.
+// leader, not in conflict, takes a command written in a protocol version it
+// speaks, well-formed (decodeErr is the error decoding it, if any), that
+// names the leader's own cluster.
 func forwardCheck(in forwardIn, c command, decodeErr error) error {
 	if !in.Leader {
 		return ErrNotLeader
@@ -284,6 +294,9 @@ func forwardCheck(in forwardIn, c command, decodeErr error) error {
 	}
 	if decodeErr != nil {
 		return fmt.Errorf("%w: %v", ErrBadCommand, decodeErr)
+	}
+	if err := checkMessageVersion(fmt.Sprintf("the %s command", c.Type), "node "+c.nodeID(), c.Protocol, in.Speaks); err != nil {
+		return err
 	}
 	if err := c.validate(); err != nil {
 		return err

@@ -35,7 +35,16 @@ type meta struct {
 	// known; a leader never adds a member of another cluster.
 	ClusterID string `json:"c,omitempty"`
 	Created   int64  `json:"ct,omitempty"`
+	// PMin and PMax are the protocol versions the node speaks (protocol.go);
+	// both 0 from a release before version 2, which speaks version 1.
+	PMin int `json:"pn,omitempty"`
+	PMax int `json:"px,omitempty"`
+	// Revision is the node's build revision, short (Version names the release).
+	Revision string `json:"rv,omitempty"`
 }
+
+// protocols is the range the member advertises (legacy when none).
+func (m meta) protocols() ProtocolRange { return ProtocolRange{m.PMin, m.PMax}.orLegacy() }
 
 // MemberState is what gossip last showed of a member. memberlist's
 // notifications give only these three; its "suspect" phase comes to a node

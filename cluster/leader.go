@@ -89,6 +89,11 @@ func (n *Node) leaderLoop(stop chan struct{}) {
 		}
 	}
 	n.leaderReady.Store(true)
+	n.ledSince.Store(time.Now().UnixNano())
+	defer n.ledSince.Store(0)
+	pollStop := make(chan struct{})
+	defer close(pollStop)
+	go n.pollClocks(pollStop)
 	// Until the Init entry is applied every Claim is refused, so a failed
 	// establish (a slow disk, a commit timeout) is retried with backoff for as
 	// long as this node leads; it is never left to a leadership change.
@@ -192,6 +197,7 @@ func (n *Node) reconcile() {
 		StateAddr: map[string]string{}, LeaderApplied: n.rs.raft.AppliedIndex(),
 		Now: time.Now(), ReapAfter: n.cfg.ReapAfter,
 	}
+	v.Protocols, _, _ = n.clusterProtocol()
 	for id, m := range v.Members {
 		v.Addable[id] = addable(m, v.Own)
 	}
@@ -317,7 +323,7 @@ func (n *Node) inStepVoter(ct time.Time) (raft.ServerID, raft.ServerAddress, boo
 		if s.Suffrage != raft.Voter || string(s.ID) == n.id {
 			continue
 		}
-		est := n.clocks.estimates([]string{string(s.ID)}, time.Now())
+		est := n.clocks.byID([]string{string(s.ID)}, time.Now(), n.cfg.clockTTL)
 		if len(est) == 0 {
 			continue
 		}

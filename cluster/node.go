@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/idgen/idgen/cluster/door"
 	"github.com/idgen/idgen/generator"
 )
 
@@ -78,7 +79,9 @@ type Config struct {
 	Clock     generator.Clock
 	Forwarder Forwarder
 	Logger    *slog.Logger
-	Version   string
+	// Version and Revision name the build (gossip metadata, idctl members).
+	Version  string
+	Revision string
 
 	// Prober asks members over the authenticated transport who they are;
 	// the leader adds, promotes and removes members only on its answers
@@ -90,6 +93,14 @@ type Config struct {
 	// applyFault, set only by this package's tests, fails a proposal before
 	// it reaches Raft (a slow disk, a commit timeout).
 	applyFault func(command) error
+	// protocols, set only by this package's tests, replaces the protocol
+	// versions this build speaks (a node of another release).
+	protocols ProtocolRange
+	// clockTTL, set only by this package's tests, replaces clockSampleTTL.
+	clockTTL time.Duration
+	// noClockInStatus, set only by this package's tests, leaves the clock
+	// out of Status, as a release before protocol 2 does.
+	noClockInStatus bool
 }
 
 // Defaults for the tuning settings (cluster/DESIGN.md says why).
@@ -136,6 +147,12 @@ func (c *Config) applyDefaults() {
 	}
 	if c.GossipAdvertise == "" {
 		c.GossipAdvertise = c.GossipAddr
+	}
+	if c.protocols == (ProtocolRange{}) {
+		c.protocols = ownProtocols
+	}
+	if c.clockTTL == 0 {
+		c.clockTTL = clockSampleTTL
 	}
 }
 
@@ -223,6 +240,9 @@ type Node struct {
 
 	leaderState leaderState
 	clocks      clockBook // the nodes' latest clock reports, while leading
+	// ledSince is when this node last gained leadership (Unix ns, 0 while
+	// it does not lead): a voter silent for clockTTL since then is absent.
+	ledSince atomic.Int64
 	// handoff asks the leader loop to hand leadership on (its clock is off
 	// the cluster's time).
 	handoff chan struct{}
@@ -234,6 +254,12 @@ type Node struct {
 
 	// sweeps counts the reconcile sweeps this node ran as leader (tests).
 	sweeps atomic.Uint64
+
+	// peerLog logs refused peers' commands and answers, and notReady the
+	// changes of this node's not-ready reason, each at a bounded rate.
+	peerLog    *door.RateLog
+	notReady   *door.RateLog
+	lastReason string // housekeeping's last logged reason kind
 }
 
 // Open starts a node: it opens the data dir, Raft and gossip, and starts the
@@ -267,12 +293,15 @@ func Open(cfg Config) (*Node, error) {
 		fsm:        newFSM(),
 		shutdownCh: make(chan struct{}),
 		handoff:    make(chan struct{}, 1),
+		peerLog:    door.NewRateLog(logger, peerLogEvery),
+		notReady:   door.NewRateLog(logger, peerLogEvery),
 	}
 	n.setReason("starting")
 	n.recorded.Store(recorded)
 	local := meta{
 		Name: cfg.Name, GRPCAddr: cfg.GRPCAddr, RaftAddr: cfg.RaftAdvertise, HTTPAddr: cfg.HTTPAddr,
-		Version: cfg.Version, Expect: cfg.BootstrapExpect,
+		Version: cfg.Version, Revision: shortRevision(cfg.Revision), Expect: cfg.BootstrapExpect,
+		PMin: cfg.protocols.Min, PMax: cfg.protocols.Max,
 	}
 	if known != nil {
 		n.identity.Store(known)
@@ -366,6 +395,7 @@ func (n *Node) housekeeping() {
 		}
 		n.leaderKnown() // keeps leaderSeen fresh between readiness checks
 		n.checkConflict()
+		n.logReadiness()
 		member := n.inRaftConfig(n.id)
 		skewMS := n.skew.Load() / int64(time.Millisecond)
 		n.gossip.updateMeta(func(m *meta) {
@@ -378,6 +408,50 @@ func (n *Node) housekeeping() {
 		case <-tick.C:
 		}
 	}
+}
+
+// peerLogEvery is how often one kind of refusal or not-ready reason is
+// logged per peer: the first at once, the rest as a count.
+const peerLogEvery = 10 * time.Second
+
+// peerRefusal logs, at WARN and at a bounded rate per peer, that this node
+// refused a peer's command or answer.
+func (n *Node) peerRefusal(peer, msg string, args ...any) {
+	n.peerLog.Log(slog.LevelWarn, msg, peer, msg, args...)
+}
+
+// logReadiness logs every change of this node's readiness: at WARN with the
+// reason when it is not ready (a change of kind only, so that a reason that
+// carries a moving number is one line; at a bounded rate), at INFO when it
+// is ready again. Only housekeeping calls it.
+func (n *Node) logReadiness() {
+	ok, reason := n.Ready()
+	kind := reasonKind(reason)
+	if ok {
+		kind = ""
+	}
+	if kind == n.lastReason {
+		return
+	}
+	n.lastReason = kind
+	if ok {
+		n.logger.Info("ready to issue")
+		return
+	}
+	_, running, _ := n.clusterProtocol()
+	n.notReady.Log(slog.LevelWarn, kind, "self", "not ready", "reason", reason, "cluster_protocol", running,
+		"own_protocols", n.cfg.protocols.String())
+}
+
+// reasonKind is a not-ready reason without its details: up to its first
+// colon.
+func reasonKind(r string) string {
+	for i, c := range r {
+		if c == ':' {
+			return r[:i]
+		}
+	}
+	return r
 }
 
 // inRaftConfig reports whether id is a server in the latest Raft configuration.
@@ -418,7 +492,12 @@ func (n *Node) Ready() (bool, string) {
 	// for grantGrace (no leader, or a leader whose clock is behind the window)
 	// is taken out of its clients' balancers.
 	if g.Granted() <= g.Head() && time.Since(time.Unix(0, n.lastGrant.Load())) > grantGrace {
-		return false, fmt.Sprintf("no room to issue: granted window ends at %d, issuing at %d; waiting for the leader", g.Granted(), g.Head())
+		waiting := "waiting for the leader to grant more"
+		if n.rs.raft.State() == raft.Leader {
+			waiting = "this node leads and grants only up to the cluster's time plus max-ahead, which needs the clocks of a " +
+				"majority of the voters present (idctl members shows each one's skew)"
+		}
+		return false, fmt.Sprintf("no room to issue: granted window ends at %d, issuing at %d; %s", g.Granted(), g.Head(), waiting)
 	}
 	// A lone voter's clock is the cluster's time: a step back of it is not a
 	// window granted ahead of the cluster, and the node keeps issuing from
@@ -503,6 +582,11 @@ func (n *Node) Status() Status {
 	st.LeaderID, st.LeaderAddr = string(id), string(addr)
 	st.ClusterID = n.ownCluster()
 	st.RaftAddr, st.Leaving = n.cfg.RaftAdvertise, n.leaving.Load()
+	st.Protocols = n.cfg.protocols
+	_, st.ClusterProtocol, _ = n.clusterProtocol()
+	if !n.cfg.noClockInStatus {
+		st.Clock = n.clock.Now().UnixNano()
+	}
 	n.conflicts.Range(func(k, _ any) bool {
 		st.ConflictingClusters = append(st.ConflictingClusters, k.(string))
 		return true
@@ -547,6 +631,7 @@ func (n *Node) Members() ([]MemberInfo, string) {
 		if gm.Parsed {
 			m.Name, m.GRPCAddr, m.RaftAddr, m.HTTPAddr = gm.Meta.Name, gm.Meta.GRPCAddr, gm.Meta.RaftAddr, gm.Meta.HTTPAddr
 			m.ClockSkew = time.Duration(gm.Meta.SkewMS) * time.Millisecond
+			m.Version, m.Revision, m.Protocols = gm.Meta.Version, gm.Meta.Revision, gm.Meta.protocols()
 		}
 	}
 	_, leader := n.rs.raft.LeaderWithID()

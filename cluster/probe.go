@@ -224,7 +224,7 @@ func (ls *leaderState) probeFailed(id, key string, now time.Time) {
 // (the sentinel) and member while this node leads.
 func (n *Node) refuse(id, name, action string, err error) {
 	kind := err
-	for _, s := range []error{errProbeUnanswered, errProbeOtherNode, errProbeLeaving, errProbeRaftAddr, errProbeCluster, errProbeBehind, errNoProber} {
+	for _, s := range []error{errProbeUnanswered, errProbeOtherNode, errProbeLeaving, errProbeRaftAddr, errProbeCluster, errProbeBehind, errNoProber, ErrProtocol} {
 		if errors.Is(err, s) {
 			kind = s
 			break

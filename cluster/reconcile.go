@@ -38,6 +38,18 @@ type memberView struct {
 	LeaderApplied uint64
 	Now           time.Time
 	ReapAfter     time.Duration
+	// Protocols is what every server of Raft's configuration speaks
+	// (Node.clusterProtocol; zero: this build's range).
+	Protocols ProtocolRange
+}
+
+// protocols is the range a member must share with the servers to be added
+// or promoted.
+func (v *memberView) protocols() ProtocolRange {
+	if v.Protocols == (ProtocolRange{}) {
+		return ownProtocols
+	}
+	return v.Protocols
 }
 
 // memberActKind is what a memberAction does.
@@ -294,6 +306,9 @@ func (ls *leaderState) join(v *memberView, out []memberAction, id string, m goss
 	if err == nil {
 		err = joinProof(st, m.Meta.RaftAddr, v.Own)
 	}
+	if err == nil {
+		err = joinProtocol(st.Protocols, v.protocols())
+	}
 	if err != nil {
 		ls.probeFailed(id, joinKey(m), v.Now)
 		return append(out, memberAction{Kind: actRefuse, ID: id, Name: m.Meta.Name, Why: "not adding a gossip member to raft", Err: err})
@@ -326,6 +341,9 @@ func (ls *leaderState) promotion(v *memberView, out []memberAction, id string, m
 	st, err := answer(id)
 	if err == nil {
 		err = promoteProof(st, string(s.Address), v.Own, v.LeaderApplied)
+	}
+	if err == nil {
+		err = joinProtocol(st.Protocols, v.protocols())
 	}
 	if err != nil {
 		if _, ok := ls.unprovenSince[id]; !ok {

@@ -502,7 +502,8 @@ func (w *simWorld) handle(l *simNode, c command) (result, error) {
 			others = append(others, m)
 		}
 	}
-	in.ClusterNow, in.Known = clusterTime(now, l.clocks.estimates(others, real), len(voters)/2+1)
+	est, quorum := clockQuorum(l.clocks.byID(others, real, clockSampleTTL), len(others), w.now-l.ledAt, clockSampleTTL)
+	in.ClusterNow, in.Known = clusterTime(now, est, quorum)
 	d := leaderCheck(l.replica.state, c, in)
 	if d.Handoff && current {
 		w.handoff(l)
@@ -608,7 +609,7 @@ func (w *simWorld) pickMember(c *simCluster, not *simNode) *simNode {
 
 // applyForwarded is ApplyForwarded in front of handle: forwardCheck decides.
 func (w *simWorld) applyForwarded(l *simNode, c command) (result, error) {
-	in := forwardIn{Leader: l.believesLeader(), Own: l.ownCluster()}
+	in := forwardIn{Leader: l.believesLeader(), Own: l.ownCluster(), Speaks: ownProtocols}
 	if l.conflict {
 		in.Conflict = ErrClusterConflict
 	}
@@ -712,7 +713,7 @@ func (w *simWorld) deliver() bool {
 	n.pending = nil
 	r, err := m.r, m.err
 	if err == nil && !w.cfg.faults.trustAnswers {
-		err = acceptAnswer(n.ownCluster(), fmt.Sprint(m.from), r)
+		err = acceptAnswer(n.ownCluster(), fmt.Sprint(m.from), r, ownProtocols)
 	}
 	w.answered(n, c, r, err)
 	return true
@@ -1452,7 +1453,7 @@ func (w *simWorld) probe(addr string) (Status, error) {
 			return Status{}, errors.New("connection refused")
 		}
 		return Status{ID: n.id, RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(), AppliedIndex: uint64(n.applied),
-			LastIndex: uint64(n.applied), Leaving: n.leaving != 0}, nil
+			LastIndex: uint64(n.applied), Leaving: n.leaving != 0, Protocols: ownProtocols, Clock: n.clock().Now().UnixNano()}, nil
 	}
 	return Status{}, errors.New("no such address")
 }
@@ -1492,6 +1493,7 @@ func (w *simWorld) sweep(c *simCluster) {
 		st, err := w.probe(k.addr)
 		answers[k] = probeAnswer{st, err}
 	}
+	w.pollClocks(c, l)
 	for _, a := range l.ls.sweepActions(v, gone, answers) {
 		if a.Kind == actRefuse || a.Kind == actNote || a.Kind == actWait {
 			continue
@@ -1555,6 +1557,28 @@ func (c *simCluster) voter(id string) bool {
 		}
 	}
 	return false
+}
+
+// pollClocks is the leader's clock poll (Node.pollClocks), run on each
+// sweep: the voters it has not heard from within clockPollEvery are asked
+// for their Status, and statusClock decides which answers count.
+func (w *simWorld) pollClocks(c *simCluster, l *simNode) {
+	real := w.base.Add(w.now)
+	for _, id := range clockPollTargets(c.voters(), l.id, l.clocks.heardSince, real, clockPollEvery) {
+		var addr string
+		for _, n := range w.nodes {
+			if n.id == id {
+				addr = grpcAddr(n.addr)
+			}
+		}
+		st, err := w.probe(addr)
+		if err != nil {
+			continue
+		}
+		if s, ok := statusClock(id, l.ownCluster(), st, l.clock().Now(), real); ok {
+			l.clocks.observe(id, s)
+		}
+	}
 }
 
 func (c *simCluster) voters() []string {

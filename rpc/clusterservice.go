@@ -45,6 +45,10 @@ func memberToProto(m cluster.MemberInfo) *idgenv1.Member {
 		GossipState:   m.GossipState,
 		GrantedLeadMs: m.GrantedLead.Milliseconds(),
 		ClockSkewMs:   m.ClockSkew.Milliseconds(),
+		Version:       m.Version,
+		Revision:      m.Revision,
+		ProtocolMin:   uint32(max(m.Protocols.Min, 0)),
+		ProtocolMax:   uint32(max(m.Protocols.Max, 0)),
 	}
 }
 
@@ -78,6 +82,10 @@ func statusToProto(st cluster.Status) *idgenv1.StatusResponse {
 		RaftLastIndex:       st.LastIndex,
 		ClusterId:           st.ClusterID,
 		ConflictingClusters: st.ConflictingClusters,
+		ProtocolMin:         uint32(max(st.Protocols.Min, 0)),
+		ProtocolMax:         uint32(max(st.Protocols.Max, 0)),
+		ClusterProtocol:     uint32(max(st.ClusterProtocol, 0)),
+		ClockUnixNano:       st.Clock,
 	}
 }
 

@@ -51,6 +51,7 @@ var errTable = []errMapping{
 	{cluster.ErrClusterFull, codes.FailedPrecondition, "CLUSTER_FULL"},
 	{cluster.ErrWrongCluster, codes.FailedPrecondition, "WRONG_CLUSTER"},
 	{cluster.ErrNotMember, codes.FailedPrecondition, "NOT_MEMBER"},
+	{cluster.ErrProtocol, codes.FailedPrecondition, "PROTOCOL"},
 	{cluster.ErrBadCommand, codes.InvalidArgument, "BAD_COMMAND"},
 	{cluster.ErrLayoutMismatch, codes.FailedPrecondition, "LAYOUT_MISMATCH"},
 	{cluster.ErrFaultInjectionDisabled, codes.FailedPrecondition, "FAULT_INJECTION_DISABLED"},

@@ -37,8 +37,8 @@ func NewPeerProber(opts ...grpc.DialOption) *PeerProber {
 
 // Probe asks the node at grpcAddr who it is. The Status it returns carries
 // what the cluster's checks read: ID, ClusterID, AppliedIndex, LastIndex,
-// RaftAddr (from the node's own entry of Members: Status does not carry it)
-// and Leaving.
+// RaftAddr (from the node's own entry of Members: Status does not carry it),
+// Leaving, and from protocol 2 on its protocol range and clock.
 func (p *PeerProber) Probe(ctx context.Context, grpcAddr string) (cluster.Status, error) {
 	if grpcAddr == "" {
 		return cluster.Status{}, fmt.Errorf("probe: no gRPC address")
@@ -78,6 +78,11 @@ func (p *PeerProber) Probe(ctx context.Context, grpcAddr string) (cluster.Status
 		LastWindowSlot:    int(st.GetLastWindowSlot()),
 		LastWindowGranted: st.GetLastWindowGranted(),
 		Leaving:           !st.GetReady() && st.GetReason() == cluster.ReasonLeaving,
+		// Protocol 2 on (zero from an older release): the range the member
+		// speaks, and its clock, which the leader counts in the cluster's time.
+		Protocols:       cluster.ProtocolRange{Min: int(st.GetProtocolMin()), Max: int(st.GetProtocolMax())},
+		ClusterProtocol: int(st.GetClusterProtocol()),
+		Clock:           st.GetClockUnixNano(),
 	}
 	for _, m := range ms.GetMembers() {
 		if m.GetId() == out.ID {

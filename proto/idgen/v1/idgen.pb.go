@@ -203,7 +203,15 @@ type Member struct {
 	// How far the slot's granted high-water mark is ahead of the leader's clock, in milliseconds.
 	GrantedLeadMs int64 `protobuf:"varint,10,opt,name=granted_lead_ms,json=grantedLeadMs,proto3" json:"granted_lead_ms,omitempty"`
 	// The member's clock minus the leader's as last reported, in milliseconds.
-	ClockSkewMs   int64 `protobuf:"varint,11,opt,name=clock_skew_ms,json=clockSkewMs,proto3" json:"clock_skew_ms,omitempty"`
+	ClockSkewMs int64 `protobuf:"varint,11,opt,name=clock_skew_ms,json=clockSkewMs,proto3" json:"clock_skew_ms,omitempty"`
+	// The member's build and protocol versions as its gossip metadata says
+	// (protocol 2 on): module version, short VCS revision, and the range of
+	// protocol versions it speaks. A member of an older release gossips only
+	// its version, and protocol 1 is reported for it.
+	Version       string `protobuf:"bytes,12,opt,name=version,proto3" json:"version,omitempty"`
+	Revision      string `protobuf:"bytes,13,opt,name=revision,proto3" json:"revision,omitempty"`
+	ProtocolMin   uint32 `protobuf:"varint,14,opt,name=protocol_min,json=protocolMin,proto3" json:"protocol_min,omitempty"`
+	ProtocolMax   uint32 `protobuf:"varint,15,opt,name=protocol_max,json=protocolMax,proto3" json:"protocol_max,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -311,6 +319,34 @@ func (x *Member) GetGrantedLeadMs() int64 {
 func (x *Member) GetClockSkewMs() int64 {
 	if x != nil {
 		return x.ClockSkewMs
+	}
+	return 0
+}
+
+func (x *Member) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *Member) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
+}
+
+func (x *Member) GetProtocolMin() uint32 {
+	if x != nil {
+		return x.ProtocolMin
+	}
+	return 0
+}
+
+func (x *Member) GetProtocolMax() uint32 {
+	if x != nil {
+		return x.ProtocolMax
 	}
 	return 0
 }
@@ -439,8 +475,18 @@ type StatusResponse struct {
 	// one fences the slot above it. Read only from an authenticated answer.
 	LastWindowSlot    int32 `protobuf:"varint,21,opt,name=last_window_slot,json=lastWindowSlot,proto3" json:"last_window_slot,omitempty"`
 	LastWindowGranted int64 `protobuf:"varint,22,opt,name=last_window_granted,json=lastWindowGranted,proto3" json:"last_window_granted,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The protocol versions this node speaks, and the version its cluster
+	// runs as it sees it: the highest every Raft server speaks (protocol 2
+	// on; all three are 0 from an older release, which speaks protocol 1).
+	ProtocolMin     uint32 `protobuf:"varint,23,opt,name=protocol_min,json=protocolMin,proto3" json:"protocol_min,omitempty"`
+	ProtocolMax     uint32 `protobuf:"varint,24,opt,name=protocol_max,json=protocolMax,proto3" json:"protocol_max,omitempty"`
+	ClusterProtocol uint32 `protobuf:"varint,25,opt,name=cluster_protocol,json=clusterProtocol,proto3" json:"cluster_protocol,omitempty"`
+	// The answering node's clock (Unix nanoseconds) when it answered; the
+	// leader counts its voters' clocks in the cluster's time from it
+	// (protocol 2 on; 0 from an older release).
+	ClockUnixNano int64 `protobuf:"varint,26,opt,name=clock_unix_nano,json=clockUnixNano,proto3" json:"clock_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -623,6 +669,34 @@ func (x *StatusResponse) GetLastWindowSlot() int32 {
 func (x *StatusResponse) GetLastWindowGranted() int64 {
 	if x != nil {
 		return x.LastWindowGranted
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetProtocolMin() uint32 {
+	if x != nil {
+		return x.ProtocolMin
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetProtocolMax() uint32 {
+	if x != nil {
+		return x.ProtocolMax
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetClusterProtocol() uint32 {
+	if x != nil {
+		return x.ClusterProtocol
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetClockUnixNano() int64 {
+	if x != nil {
+		return x.ClockUnixNano
 	}
 	return 0
 }
@@ -1252,7 +1326,7 @@ const file_idgen_v1_idgen_proto_rawDesc = "" +
 	"\x04node\x18\x03 \x01(\tR\x04node\x12\x17\n" +
 	"\anode_id\x18\x04 \x01(\tR\x06nodeId\x12\x16\n" +
 	"\x06layout\x18\x05 \x01(\tR\x06layout\"\x10\n" +
-	"\x0eMembersRequest\"\xc4\x02\n" +
+	"\x0eMembersRequest\"\xc0\x03\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
@@ -1266,11 +1340,15 @@ const file_idgen_v1_idgen_proto_rawDesc = "" +
 	"\fgossip_state\x18\t \x01(\tR\vgossipState\x12&\n" +
 	"\x0fgranted_lead_ms\x18\n" +
 	" \x01(\x03R\rgrantedLeadMs\x12\"\n" +
-	"\rclock_skew_ms\x18\v \x01(\x03R\vclockSkewMs\"Z\n" +
+	"\rclock_skew_ms\x18\v \x01(\x03R\vclockSkewMs\x12\x18\n" +
+	"\aversion\x18\f \x01(\tR\aversion\x12\x1a\n" +
+	"\brevision\x18\r \x01(\tR\brevision\x12!\n" +
+	"\fprotocol_min\x18\x0e \x01(\rR\vprotocolMin\x12!\n" +
+	"\fprotocol_max\x18\x0f \x01(\rR\vprotocolMax\"Z\n" +
 	"\x0fMembersResponse\x12*\n" +
 	"\amembers\x18\x01 \x03(\v2\x10.idgen.v1.MemberR\amembers\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\"\x0f\n" +
-	"\rStatusRequest\"\xa9\x05\n" +
+	"\rStatusRequest\"\xc2\x06\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1299,7 +1377,11 @@ const file_idgen_v1_idgen_proto_rawDesc = "" +
 	"\n" +
 	"go_version\x18\x14 \x01(\tR\tgoVersion\x12(\n" +
 	"\x10last_window_slot\x18\x15 \x01(\x05R\x0elastWindowSlot\x12.\n" +
-	"\x13last_window_granted\x18\x16 \x01(\x03R\x11lastWindowGranted\"#\n" +
+	"\x13last_window_granted\x18\x16 \x01(\x03R\x11lastWindowGranted\x12!\n" +
+	"\fprotocol_min\x18\x17 \x01(\rR\vprotocolMin\x12!\n" +
+	"\fprotocol_max\x18\x18 \x01(\rR\vprotocolMax\x12)\n" +
+	"\x10cluster_protocol\x18\x19 \x01(\rR\x0fclusterProtocol\x12&\n" +
+	"\x0fclock_unix_nano\x18\x1a \x01(\x03R\rclockUnixNano\"#\n" +
 	"\vJoinRequest\x12\x14\n" +
 	"\x05addrs\x18\x01 \x03(\tR\x05addrs\",\n" +
 	"\fJoinResponse\x12\x1c\n" +

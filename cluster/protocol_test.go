@@ -1,0 +1,296 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idgen/idgen/scripts/harness"
+)
+
+// TestEveryEntryIsReadableByTheOldestVersionSpoken: a node of this build may
+// sit in a cluster running ProtocolMin, so every entry type it writes there
+// must be one that version applies; a new type comes with its own version in
+// entryProtocol, and the leader writes it only once the cluster runs it.
+func TestEveryEntryIsReadableByTheOldestVersionSpoken(t *testing.T) {
+	for typ := commandType(0); typ < 255; typ++ {
+		if !typ.known() {
+			continue
+		}
+		v, ok := entryProtocol[typ]
+		if !ok {
+			t.Errorf("entry type %s has no protocol version in entryProtocol", typ)
+			continue
+		}
+		if v > ProtocolMax {
+			t.Errorf("entry type %s needs protocol %d, above what this build speaks (%d)", typ, v, ProtocolMax)
+		}
+		if err := writable(typ, ProtocolMin); v <= ProtocolMin && err != nil {
+			t.Errorf("entry type %s refused in a cluster running %d: %v", typ, ProtocolMin, err)
+		}
+	}
+}
+
+// TestWritableRefusesAnEntryNewerThanTheCluster: the gate in front of the
+// log, for an entry type a later version brings.
+func TestWritableRefusesAnEntryNewerThanTheCluster(t *testing.T) {
+	const future commandType = 200
+	entryProtocol[future] = ProtocolMax + 1
+	defer delete(entryProtocol, future)
+	err := writable(future, ProtocolMax)
+	if !errors.Is(err, ErrProtocol) {
+		t.Fatalf("writable(a version %d entry, cluster at %d) = %v, want ErrProtocol", ProtocolMax+1, ProtocolMax, err)
+	}
+	for _, want := range []string{"needs protocol 3", "the cluster runs 2", "nothing was written"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal %q does not say %q", err, want)
+		}
+	}
+	if err := writable(future, ProtocolMax+1); err != nil {
+		t.Errorf("writable in a cluster running the entry's version: %v", err)
+	}
+	if err := writable(commandType(201), ProtocolMax); !errors.Is(err, ErrProtocol) {
+		t.Errorf("an entry type without a version was writable: %v", err)
+	}
+}
+
+// TestMessagesOfAnUnspokenVersionAreRefused: a forward or an answer written
+// in a version the receiver does not speak is refused, naming both versions
+// and the node to upgrade; one without a version is version 1.
+func TestMessagesOfAnUnspokenVersionAreRefused(t *testing.T) {
+	c := command{Type: cmdReserve, NodeID: "n1", Slot: 0, Tenure: 3, UpTo: 10, ClusterID: "c1"}
+	in := forwardIn{Leader: true, Own: "c1", Speaks: ownProtocols}
+	for _, v := range []int{0, 1, 2} {
+		c.Protocol = v
+		if err := forwardCheck(in, c, nil); err != nil {
+			t.Errorf("forward of protocol %d refused: %v", v, err)
+		}
+	}
+	c.Protocol = 3
+	err := forwardCheck(in, c, nil)
+	if !errors.Is(err, ErrProtocol) {
+		t.Fatalf("forward of protocol 3 to a 1..2 leader: %v, want ErrProtocol", err)
+	}
+	for _, want := range []string{"protocol 3", "speaks 1..2", "upgrade this node", "nothing was applied"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal %q does not say %q", err, want)
+		}
+	}
+	c.Protocol = 1
+	in.Speaks = ProtocolRange{2, 3} // a later release that dropped version 1
+	if err := forwardCheck(in, c, nil); !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "upgrade node n1") {
+		t.Errorf("forward of protocol 1 to a 2..3 leader: %v, want ErrProtocol naming node n1 to upgrade", err)
+	}
+
+	r := result{ClusterID: "c1", Protocol: 3}
+	if err := acceptAnswer("c1", "10.0.0.1:50051", r, ownProtocols); !errors.Is(err, ErrProtocol) {
+		t.Errorf("answer of protocol 3 accepted by a 1..2 node: %v", err)
+	}
+	r.Protocol = 0
+	if err := acceptAnswer("c1", "10.0.0.1:50051", r, ownProtocols); err != nil {
+		t.Errorf("answer without a version (an older leader's) refused: %v", err)
+	}
+}
+
+// TestJoinProtocol: a node that shares no version with the cluster's
+// servers is told which side to upgrade.
+func TestJoinProtocol(t *testing.T) {
+	for _, tc := range []struct {
+		node, cluster ProtocolRange
+		want          string
+	}{
+		{ProtocolRange{1, 2}, ProtocolRange{1, 2}, ""},
+		{ProtocolRange{}, ProtocolRange{1, 2}, ""}, // a release before 2 speaks 1
+		{ProtocolRange{2, 3}, ProtocolRange{1, 2}, ""},
+		{ProtocolRange{3, 3}, ProtocolRange{1, 2}, "too new"},
+		{ProtocolRange{}, ProtocolRange{2, 3}, "too old"},
+	} {
+		err := joinProtocol(tc.node, tc.cluster)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("node %v, cluster %v: refused: %v", tc.node, tc.cluster, err)
+		case tc.want != "" && (!errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("node %v, cluster %v: %v, want ErrProtocol saying %q", tc.node, tc.cluster, err, tc.want)
+		}
+	}
+}
+
+// TestClockQuorum: a voter not heard from counts until the leader has led
+// for the report TTL, then it is absent and the quorum is a majority of the
+// voters present.
+func TestClockQuorum(t *testing.T) {
+	ttl := time.Minute
+	now := time.Unix(1_800_000_000, 0)
+	for _, tc := range []struct {
+		name       string
+		fresh      int
+		others     int
+		led        time.Duration
+		wantQuorum int
+		wantKnown  bool
+	}{
+		{"new leader, nobody heard yet", 0, 2, time.Second, 2, false},
+		{"new leader, one of two heard", 1, 2, time.Second, 2, true},
+		{"two silent voters of three, after the TTL", 0, 2, 2 * time.Minute, 1, true},
+		{"one silent of five, after the TTL", 3, 4, 2 * time.Minute, 3, true},
+		{"five voters, all heard", 4, 4, 2 * time.Minute, 3, true},
+	} {
+		fresh := make([]time.Time, tc.fresh)
+		for i := range fresh {
+			fresh[i] = now
+		}
+		est, q := clockQuorum(fresh, tc.others, tc.led, ttl)
+		_, known := clusterTime(now, est, q)
+		if q != tc.wantQuorum || known != tc.wantKnown {
+			t.Errorf("%s: quorum %d known %v, want %d %v", tc.name, q, known, tc.wantQuorum, tc.wantKnown)
+		}
+	}
+}
+
+// silentVoterCluster starts a (the seed, leading), b and x; x runs with a
+// datacenter no layout of the cluster has, so it is a voter that never
+// claims and so never sends the leader a command with its clock (as a node
+// started with another --datacenter or --layout does). statusClock says
+// whether x's Status carries its clock (a release before protocol 2's does
+// not). The leader counts a report as stale after 3 s.
+func silentVoterCluster(t *testing.T, statusClock bool) *testCluster {
+	tc := newTestCluster(t)
+	a := tc.add("a", 1)
+	a.cfg.clockTTL = 3 * time.Second
+	a.cfg.ReapAfter = time.Minute // b stays a voter while the test looks
+	tc.add("b", 1, "a").cfg.ReapAfter = time.Minute
+	x := tc.add("x", 1, "a")
+	x.cfg.Datacenter = 7
+	x.cfg.noClockInStatus = !statusClock
+	waitReady(t, tc.start("a"))
+	waitReady(t, tc.start("b"))
+	tc.start("x")
+	waitVoters(t, tc.node("a"), 3)
+	return tc
+}
+
+// keepsGranting fails unless n's granted window grows past where it is now
+// plus two units, and n issues, within the deadline.
+func keepsGranting(t *testing.T, tc *testCluster, n *Node, d time.Duration) {
+	t.Helper()
+	from := n.Status().Granted
+	harness.WaitFor(t, d, n.Name()+"'s window to grow", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if ids, _, err := n.NextBatch(ctx, 64); err == nil {
+			tc.record(issuer{n.Name(), n.ID()}, ids)
+		}
+		return n.Status().Granted >= from+2
+	})
+}
+
+// TestSilentVoterDoesNotStopTheLeader: voters {a, b, x}, x never claims; b
+// dies. With b's report stale, the leader used to have one clock of a
+// quorum of two and granted nothing, its own slot included, for good. Now
+// it hears x's clock in x's Status, and a voter that says nothing at all is
+// absent once it has been silent for the TTL.
+func TestSilentVoterDoesNotStopTheLeader(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		statusClock bool
+	}{{"clock in status", true}, {"no clock anywhere", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := silentVoterCluster(t, tc.statusClock)
+			a := c.node("a")
+			b := c.node("b").ID()
+			c.stop("b")
+			harness.WaitFor(t, 10*time.Second, "b's last clock report to be older than the TTL", func() bool {
+				return len(a.clocks.byID([]string{b}, time.Now(), a.cfg.clockTTL)) == 0
+			})
+			keepsGranting(t, c, a, 15*time.Second)
+			if ok, reason := a.Ready(); !ok {
+				t.Errorf("leader not ready with b dead and x silent: %s", reason)
+			}
+			c.checkContainment()
+		})
+	}
+}
+
+// TestForwardOfAnUnspokenVersionChangesNothing: a real leader refuses a
+// forwarded command written in a protocol it does not speak, and its log
+// does not move.
+func TestForwardOfAnUnspokenVersionChangesNothing(t *testing.T) {
+	tc := newTestCluster(t)
+	tc.add("a", 1)
+	a := tc.start("a")
+	waitReady(t, a)
+	st := a.Status()
+	c := command{Type: cmdReserve, NodeID: a.ID(), Slot: st.Slot, Tenure: a.tenure.Load(), UpTo: st.Granted + 100,
+		ClusterID: a.ownCluster(), Protocol: ProtocolMax + 1}
+	data, err := encodeCommand(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := a.rs.raft.LastIndex()
+	if _, err := a.ApplyForwarded(context.Background(), data); !errors.Is(err, ErrProtocol) {
+		t.Fatalf("forward of protocol %d: %v, want ErrProtocol", ProtocolMax+1, err)
+	}
+	if after := a.rs.raft.LastIndex(); after != before {
+		t.Errorf("the refused forward moved the log from %d to %d", before, after)
+	}
+}
+
+// TestJoinOfANodeTooNewIsRefused: a node that speaks only a version the
+// cluster's servers do not is never added to Raft, and says why in its
+// not-ready reason; a node of the release before (version 1 only) is added
+// and brings the cluster's running version down to 1 while it is a server.
+func TestJoinOfANodeTooNewIsRefused(t *testing.T) {
+	tc := newTestCluster(t)
+	tc.add("a", 1)
+	tc.add("old", 1, "a").cfg.protocols = legacyProtocols
+	tc.add("new", 1, "a").cfg.protocols = ProtocolRange{ProtocolMax + 1, ProtocolMax + 1}
+	a := tc.start("a")
+	waitReady(t, a)
+	if _, running, _ := a.clusterProtocol(); running != ProtocolMax {
+		t.Fatalf("a lone node of this build runs protocol %d, want %d", running, ProtocolMax)
+	}
+	old := tc.start("old")
+	waitReady(t, old)
+	harness.WaitFor(t, 10*time.Second, "the cluster to run protocol 1 with the old node in it", func() bool {
+		_, running, _ := a.clusterProtocol()
+		return running == 1
+	})
+	tooNew := tc.start("new")
+	harness.WaitFor(t, 10*time.Second, "the too-new node to say why it is not added", func() bool {
+		_, reason := tooNew.Ready()
+		return strings.Contains(reason, "too new")
+	})
+	for range 3 { // three sweeps at least
+		before := a.sweeps.Load()
+		harness.WaitFor(t, 10*time.Second, "a sweep", func() bool { return a.sweeps.Load() > before })
+	}
+	if a.inRaftConfig(tooNew.ID()) {
+		t.Fatalf("the leader added a node that speaks only protocol %d", ProtocolMax+1)
+	}
+	_, reason := tooNew.Ready()
+	t.Logf("too-new node: %s", reason)
+}
+
+// TestNotReadyReasonsAreLogged: every change of a node's readiness is in
+// its log, a not-ready reason at WARN with the reason and the protocols.
+func TestNotReadyReasonsAreLogged(t *testing.T) {
+	var buf syncBuffer
+	tc := newTestCluster(t)
+	s := tc.add("a", 1)
+	s.cfg.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	waitReady(t, tc.start("a"))
+	harness.WaitFor(t, 10*time.Second, "the readiness lines", func() bool {
+		buf.mu.Lock()
+		out := buf.buf.String()
+		buf.mu.Unlock()
+		return strings.Contains(out, `level=WARN msg="not ready"`) && strings.Contains(out, "ready to issue")
+	})
+	buf.mu.Lock()
+	defer buf.mu.Unlock()
+	if out := buf.buf.String(); !strings.Contains(out, "own_protocols=1..2") {
+		t.Errorf("the not-ready line names no protocols:\n%s", out)
+	}
+}
