@@ -104,6 +104,9 @@ type memberJSON struct {
 	HTTPAddr      string `json:"http_addr"`
 	GrantedLeadMS int64  `json:"granted_lead_ms"`
 	ClockSkewMS   int64  `json:"clock_skew_ms"`
+	Version       string `json:"version"`
+	Revision      string `json:"revision"`
+	Protocols     string `json:"protocols"`
 }
 
 func runMembers(ctx context.Context, g globals, args []string, e env) error {
@@ -116,22 +119,32 @@ func runMembers(ctx context.Context, g globals, args []string, e env) error {
 	if err != nil {
 		return err
 	}
+	// The protocol the cluster runs, as the answering node sees it (0 from
+	// a node of a release before protocol 2, which runs 1).
+	var running uint32
+	if st, err := callAdmin(ctx, g, func(ctx context.Context, c idgenv1.ClusterServiceClient) (*idgenv1.StatusResponse, error) {
+		return c.Status(ctx, &idgenv1.StatusRequest{})
+	}); err == nil {
+		running = max(st.GetClusterProtocol(), 1)
+	}
 	if g.json {
 		out := struct {
-			LeaderID string       `json:"leader_id"`
-			Members  []memberJSON `json:"members"`
-		}{LeaderID: resp.GetLeaderId(), Members: []memberJSON{}}
+			LeaderID        string       `json:"leader_id"`
+			ClusterProtocol uint32       `json:"cluster_protocol"`
+			Members         []memberJSON `json:"members"`
+		}{LeaderID: resp.GetLeaderId(), ClusterProtocol: running, Members: []memberJSON{}}
 		for _, m := range resp.GetMembers() {
 			out.Members = append(out.Members, memberJSON{
 				ID: m.GetId(), Name: m.GetName(), Slot: m.GetSlot(), RaftRole: m.GetRaftRole(), GossipState: m.GetGossipState(),
 				GRPCAddr: m.GetGrpcAddr(), RaftAddr: m.GetRaftAddr(), GossipAddr: m.GetGossipAddr(), HTTPAddr: m.GetHttpAddr(),
 				GrantedLeadMS: m.GetGrantedLeadMs(), ClockSkewMS: m.GetClockSkewMs(),
+				Version: m.GetVersion(), Revision: m.GetRevision(), Protocols: protocolText(m.GetProtocolMin(), m.GetProtocolMax()),
 			})
 		}
 		return printJSON(e.stdout, out)
 	}
 	tw := table(e.stdout)
-	fmt.Fprintln(tw, "NAME\tID\tSLOT\tRAFT\tGOSSIP\tGRPC\tGOSSIP ADDR\tLEAD\tSKEW")
+	fmt.Fprintln(tw, "NAME\tID\tSLOT\tRAFT\tGOSSIP\tGRPC\tGOSSIP ADDR\tLEAD\tSKEW\tVERSION\tPROTOCOLS")
 	for _, m := range resp.GetMembers() {
 		slot := "-"
 		lead := "-"
@@ -139,11 +152,18 @@ func runMembers(ctx context.Context, g globals, args []string, e env) error {
 			slot = fmt.Sprint(m.GetSlot())
 			lead = (time.Duration(m.GetGrantedLeadMs()) * time.Millisecond).Round(100 * time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", orDash(m.GetName()), m.GetId(), slot, m.GetRaftRole(),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", orDash(m.GetName()), m.GetId(), slot, m.GetRaftRole(),
 			m.GetGossipState(), orDash(m.GetGrpcAddr()), orDash(m.GetGossipAddr()), lead,
-			(time.Duration(m.GetClockSkewMs()) * time.Millisecond).String())
+			(time.Duration(m.GetClockSkewMs()) * time.Millisecond).String(), versionText(m.GetVersion(), m.GetRevision()),
+			protocolText(m.GetProtocolMin(), m.GetProtocolMax()))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if running > 0 {
+		_, err = fmt.Fprintf(e.stdout, "cluster protocol: %d\n", running)
+	}
+	return err
 }
 
 func orDash(s string) string {

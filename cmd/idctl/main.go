@@ -84,7 +84,7 @@ func noFlags(r runner) func(*flag.FlagSet) runner {
 
 func commandList() []command {
 	return []command{
-		{name: "members", help: "list the cluster's nodes: slot, Raft role, gossip state, granted lead, clock skew", bind: noFlags(runMembers)},
+		{name: "members", help: "list the cluster's nodes: slot, Raft role, gossip state, granted lead, clock skew, build and protocol versions, and the protocol the cluster runs", bind: noFlags(runMembers)},
 		{name: "status", help: "this node's view of itself: slot, readiness, Raft state, window", bind: noFlags(runStatus)},
 		{name: "join", args: "ADDR...", help: "ask the node to gossip-join other nodes' --gossip-addr addresses", bind: noFlags(runJoin)},
 		{name: "leave", help: "the node releases its slot, leaves Raft and gossip, and exits", bind: noFlags(runLeave)},
@@ -97,6 +97,7 @@ func commandList() []command {
 		{name: "history", help: "the slot tenures the Raft log granted, merged from every target address", bind: noFlags(runHistory)},
 		{name: "fault", args: "clock --offset D", help: "move the node's clock (only with idgend --enable-fault-injection); --offset 0 resets it", bind: bindFault},
 		{name: "tls", args: "ca create --dir DIR | cert create --dir DIR --role server|client|admin --name NAME [--dns NAMES] [--ip IPS] [--days N]", help: "make the cluster's CA and its certificates (standard library crypto; keys are written 0600)", bind: bindTLS},
+		{name: "safe-to-stop", args: "NODE [--wait D]", help: "whether stopping NODE (ID or name) now keeps the cluster serving: every other server ready, a quorum of voters left; exit 0 if so, 1 if not (the check between the steps of a rolling upgrade; --wait keeps asking)", bind: bindSafeToStop},
 		{name: "version", help: "idctl's build and each target node's (version, VCS revision, Go), from Status", bind: noFlags(runVersion)},
 		{name: "health", args: "[--http ADDR] [--ready]", help: "a node's /healthz (or /readyz) over its HTTP admin port, no certificate needed (the image's HEALTHCHECK)", bind: bindHealth},
 		{name: "completion", args: "bash|zsh|fish", help: "a shell completion script for idctl's commands and flags", bind: noFlags(runCompletion)},

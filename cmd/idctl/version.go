@@ -16,6 +16,7 @@ type nodeVersion struct {
 	Version   string `json:"version,omitempty"`
 	Revision  string `json:"revision,omitempty"`
 	GoVersion string `json:"go_version,omitempty"`
+	Protocols string `json:"protocols,omitempty"`
 	Error     string `json:"error,omitempty"`
 }
 
@@ -43,7 +44,8 @@ func runVersion(ctx context.Context, g globals, args []string, e env) error {
 			nodes = append(nodes, nodeVersion{Addr: a, Error: describe(err)})
 			continue
 		}
-		nodes = append(nodes, nodeVersion{Addr: a, Name: st.GetName(), Version: st.GetVersion(), Revision: st.GetRevision(), GoVersion: st.GetGoVersion()})
+		nodes = append(nodes, nodeVersion{Addr: a, Name: st.GetName(), Version: st.GetVersion(), Revision: st.GetRevision(), GoVersion: st.GetGoVersion(),
+			Protocols: protocolText(st.GetProtocolMin(), st.GetProtocolMax())})
 	}
 	if g.json {
 		err = printJSON(e.stdout, struct {
@@ -53,13 +55,13 @@ func runVersion(ctx context.Context, g globals, args []string, e env) error {
 	} else {
 		fmt.Fprintf(e.stdout, "idctl %s\n", self)
 		tw := table(e.stdout)
-		fmt.Fprintln(tw, "NODE\tADDRESS\tVERSION\tREVISION\tGO")
+		fmt.Fprintln(tw, "NODE\tADDRESS\tVERSION\tREVISION\tGO\tPROTOCOLS")
 		for _, n := range nodes {
 			if n.Error != "" {
-				fmt.Fprintf(tw, "-\t%s\tunreachable: %s\t\t\n", n.Addr, n.Error)
+				fmt.Fprintf(tw, "-\t%s\tunreachable: %s\t\t\t\n", n.Addr, n.Error)
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Name, n.Addr, n.Version, n.Revision, n.GoVersion)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Addr, n.Version, n.Revision, n.GoVersion, n.Protocols)
 		}
 		err = tw.Flush()
 	}

@@ -25,8 +25,9 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		cmd := exec.Command("go", "build", "-o", dir+string(os.PathSeparator),
+		args := append(append([]string{"build", "-o", dir + string(os.PathSeparator)}, harness.StampArgs()...),
 			"github.com/idgen/idgen/cmd/idgend", "github.com/idgen/idgen/cmd/idctl")
+		cmd := exec.Command("go", args...)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "building idgend and idctl:", err)

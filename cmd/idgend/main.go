@@ -168,6 +168,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Prober:               prober,
 		Logger:               log,
 		Version:              buildinfo.Read().Version,
+		Revision:             buildinfo.Read().Revision,
 	})
 	if errors.Is(err, cluster.ErrLayoutMismatch) {
 		if rec, ok, _ := cluster.RecordedLayout(cfg.DataDir); ok {

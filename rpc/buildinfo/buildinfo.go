@@ -21,9 +21,17 @@ func (b Info) String() string {
 	return b.Version + " (revision " + b.Revision + ", " + b.GoVersion + ")"
 }
 
-// Read reads what the Go toolchain stamps into every binary, so no -ldflags
-// are needed: the module version ("dev" for a build from a work tree), the
-// VCS revision ("-dirty" with uncommitted changes) and the Go version.
+// stamped is the VCS revision a build stamped with -ldflags
+// "-X github.com/idgen/idgen/rpc/buildinfo.stamped=REV" (scripts/stamp),
+// for builds where the toolchain stamps none: GOFLAGS=-buildvcs=false, a
+// source tree without .git, a test binary. The toolchain's own record wins
+// when it has one.
+var stamped string
+
+// Read reads what the Go toolchain stamps into every binary: the module
+// version ("dev" for a build from a work tree), the VCS revision ("-dirty"
+// with uncommitted changes; the -ldflags stamp when the toolchain recorded
+// none) and the Go version.
 func Read() Info {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
@@ -35,6 +43,9 @@ func Read() Info {
 // fromBuild is Read on the toolchain's record bi (nil: none).
 func fromBuild(bi *debug.BuildInfo) Info {
 	b := Info{Version: "dev", Revision: "unknown", GoVersion: runtime.Version()}
+	if stamped != "" {
+		b.Revision = stamped
+	}
 	if bi == nil {
 		return b
 	}

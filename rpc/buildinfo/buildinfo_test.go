@@ -40,3 +40,18 @@ func TestReadNamesTheGoVersion(t *testing.T) {
 		t.Errorf("Read().GoVersion = %q, want %q", got, runtime.Version())
 	}
 }
+
+// TestStampedRevision: a build the toolchain stamped no revision into
+// (GOFLAGS=-buildvcs=false, no .git) names the one scripts/stamp passed in
+// -ldflags; the toolchain's own record wins when there is one.
+func TestStampedRevision(t *testing.T) {
+	defer func(s string) { stamped = s }(stamped)
+	stamped = "feedbeef"
+	if got := fromBuild(&debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}); got.Revision != "feedbeef" {
+		t.Errorf("no VCS record, stamped feedbeef: revision %q", got.Revision)
+	}
+	vcs := &debug.BuildInfo{Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "abc123"}}}
+	if got := fromBuild(vcs); got.Revision != "abc123" {
+		t.Errorf("VCS record abc123, stamped feedbeef: revision %q", got.Revision)
+	}
+}

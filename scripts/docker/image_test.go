@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 // docker runs the docker CLI with a bound and returns its trimmed output.
@@ -40,8 +42,9 @@ func TestImage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	build := exec.Command("go", "build", "-trimpath", "-o", ctxDir+string(os.PathSeparator),
+	args := append(append([]string{"build", "-trimpath", "-o", ctxDir + string(os.PathSeparator)}, harness.StampArgs()...),
 		"github.com/idgen/idgen/cmd/idgend", "github.com/idgen/idgen/cmd/idctl")
+	build := exec.Command("go", args...)
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

@@ -26,12 +26,13 @@ import (
 // Binaries are idgend and idctl built from this checkout.
 type Binaries struct{ Idgend, Idctl string }
 
-// Build builds idgend and idctl into a directory removed when t ends.
-// extra go build flags (such as -race) go before the packages.
+// Build builds idgend and idctl into a directory removed when t ends, with
+// the checkout's revision stamped (Stamp). extra go build flags (such as
+// -race) go before the packages.
 func Build(t testing.TB, extra ...string) Binaries {
 	t.Helper()
 	dir := t.TempDir()
-	args := append(append([]string{"build", "-o", dir + string(os.PathSeparator)}, extra...),
+	args := append(append(append([]string{"build", "-o", dir + string(os.PathSeparator)}, StampArgs()...), extra...),
 		"github.com/idgen/idgen/cmd/idgend", "github.com/idgen/idgen/cmd/idctl")
 	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
 		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
@@ -366,6 +367,16 @@ func (n *Node) Start() {
 	n.t.Helper()
 	n.Run(n.bin, n.Args()...)
 }
+
+// UseBinary makes the node's next Start or Restart run the idgend at path,
+// as a rolling upgrade (or a rollback) does: a running process is left as
+// it is, and the name, addresses, data dir and flags stay the same. Call it
+// between a stop and the next start, from the goroutine that starts the
+// node.
+func (n *Node) UseBinary(path string) { n.bin = path }
+
+// Binary is the idgend the node's next Start or Restart runs.
+func (n *Node) Binary() string { return n.bin }
 
 // Restart is Start without failing the test, for fault injectors.
 func (n *Node) Restart() error {
