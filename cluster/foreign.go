@@ -3,6 +3,8 @@ package cluster
 import (
 	"sync"
 	"time"
+
+	"github.com/idgen/idgen/generator"
 )
 
 // Members of other clusters. Gossip says a member of another cluster may
@@ -34,6 +36,11 @@ type foreignProof struct {
 	history uint64
 	slot    int // its last window's slot, -1 for none
 	granted int64
+	// layout is its cluster's layout (zero when it names none).
+	layout generator.Layout
+	// serving: its cluster can issue, as far as its answer shows (it is
+	// ready, or knows a Raft leader).
+	serving bool
 	at      time.Time
 }
 
@@ -84,7 +91,8 @@ func (n *Node) proveForeign(own string) []foreignProof {
 		}
 		b.proofs[k.id] = foreignProof{
 			id: k.id, cluster: st.ClusterID, created: m.Meta.Created, history: coarseIndex(st.AppliedIndex),
-			slot: st.LastWindowSlot, granted: st.LastWindowGranted, at: now,
+			slot: st.LastWindowSlot, granted: st.LastWindowGranted, layout: st.Layout, at: now,
+			serving: st.Ready || st.LeaderID != "",
 		}
 	}
 	out := make([]foreignProof, 0, len(b.proofs))

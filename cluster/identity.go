@@ -87,19 +87,27 @@ func (n *Node) trackIdentity() {
 type clusterAge struct {
 	identity
 	history uint64 // coarse applied log index (coarseIndex)
+	// serving: the cluster can issue now (it has a leader).
+	serving bool
 }
 
 // historyMargin: below this many entries of difference (on top of a factor of
 // two) two clusters' histories count as a tie.
 const historyMargin = 16
 
-// outranks reports whether a keeps serving when it meets b. The cluster with
-// clearly more committed history wins (at least twice b's, plus a margin);
-// only when the two are close does the creation time decide, then the ID.
-// Creation times are the bootstrapping nodes' clocks: a wiped seed whose
-// clock is behind would otherwise stop the cluster that has been serving.
+// outranks reports whether a keeps serving when it meets b. A cluster that
+// can issue outranks one that cannot (a survivor of a cluster that lost its
+// quorum for good never stops the cluster built to replace it: otherwise
+// nobody issues). Between two that serve, or two that do not, the cluster
+// with clearly more committed history wins (at least twice b's, plus a
+// margin); only when the two are close does the creation time decide, then
+// the ID. Creation times are the bootstrapping nodes' clocks: a wiped seed
+// whose clock is behind would otherwise stop the cluster that has been
+// serving.
 func (a clusterAge) outranks(b clusterAge) bool {
 	switch {
+	case a.serving != b.serving:
+		return a.serving
 	case a.history >= 2*b.history+historyMargin:
 		return true
 	case b.history >= 2*a.history+historyMargin:
@@ -138,7 +146,7 @@ func (n *Node) checkConflict() {
 	if own == nil {
 		return
 	}
-	mine := clusterAge{*own, n.history()}
+	mine := clusterAge{identity: *own, history: n.history(), serving: n.leaderKnown()}
 	others := map[string]clusterAge{}
 	via := map[string]foreignProof{}
 	now := time.Now()
@@ -150,6 +158,7 @@ func (n *Node) checkConflict() {
 		}
 		o := others[p.cluster]
 		o.identity = identity{ID: p.cluster, Created: p.created}
+		o.serving = o.serving || p.serving
 		if p.history >= o.history {
 			o.history = p.history
 			via[p.cluster] = p
@@ -171,14 +180,26 @@ func (n *Node) checkConflict() {
 			continue
 		}
 		// The agent sees the reason, revokes the generator and claims no more.
-		reason := fmt.Sprintf("this node belongs to cluster %s, but gossip reached node %s (%s) of cluster %s, which has "+
-			"more history. Two clusters would issue the same slots, so this node stopped issuing. Its data dir was probably "+
-			"wiped, or it was bootstrapped apart: stop it, wipe its data dir and start it again with --join to the other "+
-			"cluster's nodes; or keep the two deployments on separate gossip networks",
-			mine, m.Meta.Name, m.Addr, other)
+		reason := conflictAdvice(mine, other, m.Meta.Name, m.Addr)
 		n.conflict.Store(&reason)
 		n.logger.Error("stopping issuing: " + n.Conflict().Error())
 	}
+}
+
+// conflictAdvice is the reason a node of cluster mine gives when it stops
+// because it met node name (at addr) of cluster other, which outranks it:
+// what happened and what the operator should do, for each way of losing.
+func conflictAdvice(mine, other clusterAge, name, addr string) string {
+	met := fmt.Sprintf("this node belongs to cluster %s, but gossip reached node %s (%s) of cluster %s", mine, name, addr, other)
+	if !mine.serving && other.serving {
+		return met + ", which serves while this node's cluster has no raft leader (it lost its quorum, or this node is " +
+			"cut off from it). Two clusters would issue the same slots, so this node stopped issuing. If the rest of this " +
+			"node's cluster is gone for good, stop this node, wipe its data dir and start it again with --join to the " +
+			"serving cluster's nodes; if the rest comes back, restart this node once its cluster has a leader again"
+	}
+	return met + ", which has more history. Two clusters would issue the same slots, so this node stopped issuing. Its " +
+		"data dir was probably wiped, or it was bootstrapped apart: stop it, wipe its data dir and start it again with " +
+		"--join to the other cluster's nodes; or keep the two deployments on separate gossip networks"
 }
 
 // ownCluster is the cluster ID this node belongs to, "" while it is unknown.

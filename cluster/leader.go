@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"sort"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/idgen/idgen/generator"
 )
 
 // leaderState is what the leader loop remembers between sweeps.
@@ -360,57 +363,117 @@ func (n *Node) leaderClockIsOutlier() bool {
 // fenceForeign closes off, in this cluster's log, every window that members
 // of another cluster proved to have held (their own answer over the
 // authenticated transport, foreign.go; never gossip alone, which a gossip key
-// could fill with windows that burn slots for good): a slot's highWater rises
-// above it before any node of this cluster may claim there again, and a
-// tenure holding such a slot ends. Without it, a wiped seed that formed a
-// cluster of its own and issued on slot k until the clusters met would have
-// its IDs issued again by whoever took slot k here next (starting at this
-// cluster's highWater, which knew nothing of them). Members that have died
-// since still count: their last proven window is all that is known of them.
+// could fill with windows that burn slots for good). A meeting fences
+// everything the other side could have issued, held slots included
+// (cluster/DESIGN.md, "Where clusters meet"): for each slot k with a proven
+// foreign window up to W,
+//   - a current tenure of k whose floor lies below W ends (a Release in its
+//     holder's name), whatever its granted window already covers: the
+//     holder's cursor may be anywhere below W, and it would stamp the other
+//     cluster's seconds again as real time reaches them;
+//   - k's highWater rises to W if it is below (a Fence), so that k's next
+//     tenure starts above everything the other cluster granted there.
+//
+// Both are entries of protocol 1, which every node applies the same way.
+// Windows are compared in one layout or not at all: a proof of another
+// layout fences nothing and says so. Members that have died since still
+// count: their last proven window is all that is known of them.
 func (n *Node) fenceForeign() {
 	own := n.ownCluster()
 	if own == "" || n.Conflict() != nil {
 		return
 	}
-	type fence struct {
-		upTo    int64
-		foreign string
-	}
-	want := map[int]fence{}
-	for _, p := range n.proveForeign(own) {
-		if p.slot < 0 {
-			continue
-		}
-		if f := want[p.slot]; p.granted > f.upTo {
-			want[p.slot] = fence{p.granted, p.cluster}
-		}
-	}
-	if len(want) == 0 {
+	layout, ok := n.clusterLayout()
+	if !ok {
 		return
 	}
-	slots := make([]int, 0, len(want))
-	for slot := range want {
-		slots = append(slots, slot)
-	}
-	sort.Ints(slots)
-	for _, slot := range slots {
-		f := want[slot]
-		var below, valid bool
+	for _, f := range foreignFences(n.proveForeign(own), layout) {
+		if f.otherLayout {
+			n.peerRefusal("fence:"+f.foreign, "not fencing a window of another cluster of another layout: its IDs "+
+				"are not comparable with this cluster's", "other_cluster", f.foreign, "other_layout", f.layout.String(), "own_layout", layout.String())
+			continue
+		}
+		var (
+			valid, below bool
+			holder       string
+			tenure       uint64
+		)
 		n.fsm.view(func(s *state) {
-			valid = s.Layout != nil && slot < len(s.Slots) && f.upTo <= s.Layout.MaxTimestamp()
-			below = valid && s.Slots[slot].HighWater < f.upTo
+			valid = s.Layout != nil && f.slot < len(s.Slots) && f.upTo <= s.Layout.MaxTimestamp()
+			if !valid {
+				return
+			}
+			sl := s.Slots[f.slot]
+			below = sl.HighWater < f.upTo
+			if t := s.tenure(f.slot, sl.Tenure); sl.Owner != "" && t != nil && t.Floor < f.upTo {
+				holder, tenure = sl.Owner, sl.Tenure
+			}
 		})
+		if !valid {
+			continue
+		}
+		if holder != "" && !below {
+			// (A Fence above highWater ends the tenure itself.)
+			ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
+			_, _, err := n.raftApply(ctx, command{Type: cmdRelease, NodeID: holder, Tenure: tenure, ClusterID: own})
+			cancel()
+			if err != nil && !errors.Is(err, ErrNotOwner) {
+				n.logger.Warn("end a tenure that another cluster's window overlaps", "slot", f.slot, "holder", holder, "tenure", tenure, "err", err)
+				continue
+			}
+			n.logger.Warn("ended a tenure that another cluster's window overlaps: the holder claims again above it",
+				"slot", f.slot, "holder", holder, "tenure", tenure, "other_window_up_to", f.upTo, "other_cluster", f.foreign)
+		}
 		if !below {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
-		_, _, err := n.raftApply(ctx, command{Type: cmdFence, Slot: slot, UpTo: f.upTo, Foreign: f.foreign, ClusterID: own})
+		_, _, err := n.raftApply(ctx, command{Type: cmdFence, Slot: f.slot, UpTo: f.upTo, Foreign: f.foreign, ClusterID: own})
 		cancel()
 		if err != nil {
-			n.logger.Warn("fence a window of another cluster", "slot", slot, "up_to", f.upTo, "other_cluster", f.foreign, "err", err)
+			n.logger.Warn("fence a window of another cluster", "slot", f.slot, "up_to", f.upTo, "other_cluster", f.foreign, "err", err)
 			continue
 		}
 		n.logger.Warn("fenced a window another cluster held: the slot's next tenure starts above it",
-			"slot", slot, "up_to", f.upTo, "other_cluster", f.foreign)
+			"slot", f.slot, "up_to", f.upTo, "other_cluster", f.foreign)
 	}
+}
+
+// foreignFence is the largest window proven on one slot by another
+// cluster's members, in this cluster's layout units.
+type foreignFence struct {
+	slot    int
+	upTo    int64
+	foreign string
+	// otherLayout: the proof is of another layout than own (layout): not
+	// comparable, nothing is fenced.
+	otherLayout bool
+	layout      generator.Layout
+}
+
+// foreignFences picks, per slot, the largest window the proofs show, sorted
+// by slot; a proof that names another layout than own becomes an
+// otherLayout entry (a proof that names none, from a node that knows no
+// layout yet, is taken as own's).
+func foreignFences(proofs []foreignProof, own generator.Layout) []foreignFence {
+	want := map[int]foreignFence{}
+	var other []foreignFence
+	for _, p := range proofs {
+		if p.slot < 0 {
+			continue
+		}
+		if p.layout != (generator.Layout{}) && p.layout != own {
+			other = append(other, foreignFence{slot: p.slot, foreign: p.cluster, otherLayout: true, layout: p.layout})
+			continue
+		}
+		if f, ok := want[p.slot]; !ok || p.granted > f.upTo {
+			want[p.slot] = foreignFence{slot: p.slot, upTo: p.granted, foreign: p.cluster}
+		}
+	}
+	out := make([]foreignFence, 0, len(want)+len(other))
+	for _, f := range want {
+		out = append(out, f)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].slot < out[j].slot })
+	return append(out, other...)
 }

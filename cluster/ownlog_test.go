@@ -263,9 +263,13 @@ func TestWipedSeedsWindowIsFencedInTheOldCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	harness.WaitFor(t, 20*time.Second, "the wiped seed to stop", func() bool { return wiped.Conflict() != nil })
+	// d claims once the old cluster has reaped the seed's old identity: one
+	// that claims before takes a free slot of its own (the test's flake
+	// under load, "waiting for d to hold slot 0").
+	waitSlotFree(t, tc.node("b"), 0)
 	tc.add("d", 1, "b")
 	d := tc.start("d")
-	harness.WaitFor(t, 60*time.Second, "d to hold slot 0", func() bool { return d.Status().Slot == 0 })
+	harness.WaitFor(t, 30*time.Second, "d to hold slot 0", func() bool { return d.Status().Slot == 0 })
 	waitReady(t, d)
 	for i := 0; i < 8; i++ {
 		tc.issue(d, 2048)

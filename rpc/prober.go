@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/generator"
 	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
 )
 
@@ -83,6 +84,12 @@ func (p *PeerProber) Probe(ctx context.Context, grpcAddr string) (cluster.Status
 		Protocols:       cluster.ProtocolRange{Min: int(st.GetProtocolMin()), Max: int(st.GetProtocolMax())},
 		ClusterProtocol: int(st.GetClusterProtocol()),
 		Clock:           st.GetClockUnixNano(),
+	}
+	// The cluster's layout: another cluster's windows are compared with this
+	// one's only in one layout (cluster/foreign.go). Empty while the node
+	// knows none.
+	if l, err := generator.ParseLayout(st.GetLayout()); err == nil {
+		out.Layout = l
 	}
 	for _, m := range ms.GetMembers() {
 		if m.GetId() == out.ID {
