@@ -168,10 +168,12 @@ func clockPollTargets(voters []string, self string, heard func(string) time.Time
 
 // statusClock is the clock sample a voter's Status answer gives the leader
 // of cluster own: only an answer from the voter itself (st.ID == id), of
-// this cluster, with a clock (a release before protocol 2 sends none).
-// leaderNow is the leader's clock and at the real time when it arrived.
+// this cluster (before Init, when the leader knows none, of none: the
+// founding voters' clocks decide Init's start), with a clock (a release
+// before protocol 2 sends none). leaderNow is the leader's clock and at the
+// real time when it arrived.
 func statusClock(id, own string, st Status, leaderNow, at time.Time) (clockSample, bool) {
-	if st.ID != id || own == "" || st.ClusterID != own || st.Clock == 0 {
+	if st.ID != id || st.ClusterID != own || st.Clock == 0 {
 		return clockSample{}, false
 	}
 	return clockSample{reported: time.Unix(0, st.Clock), leader: leaderNow, at: at}, true
@@ -185,11 +187,13 @@ func statusClock(id, own string, st Status, leaderNow, at time.Time) (clockSampl
 func (n *Node) pollClocks(stop <-chan struct{}) {
 	tick := time.NewTicker(clockPollEvery)
 	defer tick.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-tick.C:
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
 		}
 		f := n.rs.raft.GetConfiguration()
 		if f.Error() != nil {

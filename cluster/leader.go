@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"sort"
 	"time"
 
@@ -104,15 +105,25 @@ func (n *Node) leaderLoop(stop chan struct{}) {
 		retryInit <-chan time.Time
 		wait      time.Duration
 	)
-	establish := func() {
+	establish := func() (handedOff bool) {
 		err := n.establish()
+		if errors.Is(err, errFounderClock) && n.handOffToClusterTime() {
+			return true
+		}
 		var again bool
 		if again, wait = establishNext(err, wait); again {
-			n.logger.Error("establish leadership; retrying", "err", err, "in", wait)
+			log := n.logger.Error
+			if errors.Is(err, errAwaitingClocks) {
+				log = n.logger.Info
+			}
+			log("establish leadership; retrying", "err", err, "in", wait)
 			retryInit = time.After(wait)
 		}
+		return false
 	}
-	establish()
+	if establish() {
+		return
+	}
 	tick := time.NewTicker(n.cfg.ReconcileInterval)
 	defer tick.Stop()
 	for {
@@ -139,7 +150,9 @@ func (n *Node) leaderLoop(stop chan struct{}) {
 			}
 		case <-retryInit:
 			retryInit = nil
-			establish()
+			if establish() {
+				return
+			}
 		}
 	}
 }
@@ -151,21 +164,81 @@ const (
 	maxEstablishBackoff = 5 * time.Second
 )
 
+// Why establish wrote no Init yet.
+var (
+	// errAwaitingClocks: fewer than a quorum of the founding voters' clocks
+	// are known; the leader's clock polls bring them within seconds.
+	errAwaitingClocks = errors.New("waiting for a quorum of the founding voters' clocks")
+	// errFounderClock: this leader's clock is off the cluster's time, or
+	// outside the layout's range: another voter founds the cluster.
+	errFounderClock = errors.New("this leader's clock cannot found the cluster")
+)
+
 // establish writes the Init entry of a new cluster (initCommand, decide.go)
 // unless the state holds one: a fresh random identity, and every slot's
-// highWater at this clock plus max-ahead.
+// highWater at the cluster's time plus max-ahead. Every input to a grant
+// comes from the log or from a quorum: the cluster's time is the founding
+// voters' (clusterNow), never the founding leader's clock alone, so one
+// clock an hour (or a year) ahead cannot put every slot that far ahead; a
+// leader whose own clock is off it, or outside the layout's range (an RTC
+// reset to 2000), hands leadership to a voter that can found it.
 func (n *Node) establish() error {
 	var inited bool
 	n.fsm.view(func(s *state) { inited = s.Layout != nil })
 	if inited {
 		return nil
 	}
+	now := n.clock.Now()
+	ct, known := n.clusterNow(now)
+	if err := founderCheck(n.cfg.bootstrapLayout(), now, ct, known, n.cfg.MaxSkew); err != nil {
+		return err
+	}
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return err
 	}
-	_, _, err := n.raftApply(context.Background(), initCommand(n.cfg.bootstrapLayout(), hex.EncodeToString(b[:]), n.clock.Now(), n.cfg.MaxAhead))
+	_, _, err := n.raftApply(context.Background(), initCommand(n.cfg.bootstrapLayout(), hex.EncodeToString(b[:]), ct, n.cfg.MaxAhead))
 	return err
+}
+
+// founderCheck is establish's decision on the founding leader's clock now
+// and the cluster's time ct (known: a quorum of the founding voters'
+// clocks stands behind it): wait for a quorum, hand off when now is off ct
+// by more than maxSkew or outside layout l, refuse when ct itself is.
+func founderCheck(l generator.Layout, now, ct time.Time, known bool, maxSkew time.Duration) error {
+	inRange := func(t time.Time) bool { u := l.Units(t); return u >= 0 && u <= l.MaxTimestamp() }
+	switch off := now.Sub(ct); {
+	case !known:
+		return errAwaitingClocks
+	case off > maxSkew || off < -maxSkew:
+		return fmt.Errorf("%w: it is %v off the founding voters' time (max skew %v)", errFounderClock, off.Round(time.Millisecond), maxSkew)
+	case !inRange(ct):
+		return fmt.Errorf("the founding voters' time %s is outside layout %s (its epoch %s): fix their time source; no cluster can be founded before",
+			ct.UTC().Format(time.RFC3339), l, l.Time(0).UTC().Format(time.RFC3339))
+	case !inRange(now):
+		return fmt.Errorf("%w: it reads %s, outside layout %s", errFounderClock, now.UTC().Format(time.RFC3339), l)
+	}
+	return nil
+}
+
+// handOffToClusterTime hands leadership to the voter whose clock is closest
+// to the cluster's time, if one is within max-skew of it, else to whoever
+// Raft picks; it reports whether leadership moved.
+func (n *Node) handOffToClusterTime() bool {
+	ct, _ := n.clusterNow(n.clock.Now())
+	f := n.rs.raft.LeadershipTransfer
+	if id, addr, ok := n.inStepVoter(ct); ok {
+		f = func() raft.Future { return n.rs.raft.LeadershipTransferToServer(id, addr) }
+	}
+	if n.otherVoters() == 0 {
+		return false
+	}
+	n.logger.Warn("this leader's clock cannot found the cluster; handing off leadership")
+	if err := f().Error(); err != nil {
+		n.logger.Warn("leadership transfer", "err", err)
+		return false
+	}
+	return true
 }
 
 // reconcile brings Raft membership and slot ownership in line with what the

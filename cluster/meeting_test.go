@@ -1,11 +1,16 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
+	"github.com/idgen/idgen/generator"
 	"github.com/idgen/idgen/scripts/harness"
 )
 
@@ -135,4 +140,98 @@ func TestSurvivorOfADeadClusterDoesNotStopItsReplacement(t *testing.T) {
 		tc.issue(n, 500)
 	}
 	t.Logf("survivor: %v", a.Conflict())
+}
+
+// foundWithSkewedLeader bootstraps a, b and s together (s's clock is
+// skewed), makes s the leader before anything is written (every Init is
+// held back until then), and returns the cluster once its Init is applied.
+func foundWithSkewedLeader(t *testing.T, skew time.Duration) *testCluster {
+	tc := newTestCluster(t)
+	var hold atomic.Bool
+	hold.Store(true)
+	gate := func(c command) error {
+		if c.Type == cmdInit && hold.Load() {
+			return errors.New("init held back by the test")
+		}
+		return nil
+	}
+	for _, name := range []string{"a", "b", "s"} {
+		spec := tc.add(name, 3)
+		spec.cfg.applyFault = gate
+		if name == "s" {
+			spec.cfg.Clock = skewedClock{skew}
+		}
+	}
+	for _, name := range []string{"a", "b", "s"} {
+		for _, other := range []string{"a", "b", "s"} {
+			if other != name {
+				tc.specs[name].cfg.Join = append(tc.specs[name].cfg.Join, tc.specs[other].cfg.GossipAddr)
+			}
+		}
+	}
+	for _, name := range []string{"a", "b", "s"} {
+		tc.start(name)
+	}
+	s := tc.node("s")
+	harness.WaitFor(t, 30*time.Second, "s to lead", func() bool {
+		if s.rs.raft.State() == raft.Leader {
+			return true
+		}
+		for _, name := range []string{"a", "b"} {
+			if n := tc.node(name); n.rs.raft.State() == raft.Leader {
+				n.rs.raft.LeadershipTransferToServer(raft.ServerID(s.ID()), raft.ServerAddress(tc.specs["s"].cfg.RaftAddr))
+			}
+		}
+		return false
+	})
+	hold.Store(false)
+	for _, name := range []string{"a", "b", "s"} {
+		n := tc.node(name)
+		harness.WaitFor(t, 30*time.Second, name+" to apply the Init", func() bool { _, ok := n.clusterLayout(); return ok })
+	}
+	return tc
+}
+
+// TestInitStartsFromTheFoundersTime: the leader that founds a cluster has
+// its clock an hour ahead. Every slot's first highWater comes from the
+// founding voters' time (a quorum of their clocks) plus max-ahead: one
+// clock an hour ahead used to put every slot an hour ahead, and no node had
+// room once that clock was fixed.
+func TestInitStartsFromTheFoundersTime(t *testing.T) {
+	tc := foundWithSkewedLeader(t, time.Hour)
+	checkInitStart(t, tc.node("a"))
+	for _, name := range []string{"a", "b"} {
+		waitReady(t, tc.node(name))
+		tc.issue(tc.node(name), 100)
+	}
+}
+
+// TestFounderBeforeTheEpochHandsOff: the founding leader's clock reads 2000
+// (an RTC reset), before the layout's epoch. It hands leadership to a voter
+// that can found the cluster; it used to retry an Init it could never
+// write, for as long as it led.
+func TestFounderBeforeTheEpochHandsOff(t *testing.T) {
+	year2000 := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	tc := foundWithSkewedLeader(t, year2000.Sub(time.Now()))
+	checkInitStart(t, tc.node("a"))
+	for _, name := range []string{"a", "b"} {
+		waitReady(t, tc.node(name))
+		tc.issue(tc.node(name), 100)
+	}
+}
+
+// checkInitStart: the highWater of a slot nobody claims (the last, in a
+// cluster of three) is still Init's start: it must lie within max-ahead
+// (and two units) of real time.
+func checkInitStart(t *testing.T, n *Node) {
+	t.Helper()
+	var (
+		start int64
+		l     generator.Layout
+	)
+	n.fsm.view(func(s *state) { l, start = *s.Layout, s.Slots[len(s.Slots)-1].HighWater })
+	limit := l.Units(time.Now()) + unitsCeil(n.cfg.MaxAhead, l.Unit) + 2
+	if start > limit {
+		t.Fatalf("Init started the slots at %d, %v ahead of real time plus max-ahead", start, l.Time(start).Sub(l.Time(limit)))
+	}
 }

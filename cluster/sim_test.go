@@ -371,6 +371,19 @@ func (w *simWorld) bootstrap(n *simNode) *simCluster {
 	return c
 }
 
+// clusterNow is Node.clusterNow for leader l whose clock reads now: the
+// shipped clockQuorum and clusterTime over its voters' reports.
+func (w *simWorld) clusterNow(l *simNode, now time.Time) (time.Time, bool) {
+	var others []string
+	for _, m := range l.cl.voters() {
+		if m != l.id {
+			others = append(others, m)
+		}
+	}
+	est, quorum := clockQuorum(l.clocks.byID(others, w.base.Add(w.now), clockSampleTTL), len(others), w.now-l.ledAt, clockSampleTTL)
+	return clusterTime(now, est, quorum)
+}
+
 // establish is the leader loop's establish (leader.go): initCommand when the
 // state holds no Init, and establishNext deciding whether and when to try
 // again. While the faults last an apply fails with the world's initFail
@@ -381,8 +394,13 @@ func (w *simWorld) establish(l *simNode) {
 		return // the leader loop ended with the leadership
 	}
 	var err error
+	now := l.clock().Now()
+	ct, known := w.clusterNow(l, now)
 	if l.replica.state.Layout == nil {
-		c := initCommand(simLayout, fmt.Sprintf("%s-%08x", l.cl.id, w.r.Uint32()), l.clock().Now(), simMaxAhead)
+		err = founderCheck(simLayout, now, ct, known, simMaxSkew)
+	}
+	if l.replica.state.Layout == nil && err == nil {
+		c := initCommand(simLayout, fmt.Sprintf("%s-%08x", l.cl.id, w.r.Uint32()), ct, simMaxAhead)
 		quorum := w.quorum(l.cl)
 		failed := !quorum || (w.quietAt == 0 && w.r.Float64() < w.cfg.initFail)
 		if quorum && (!failed || w.r.Intn(2) == 0) {
@@ -495,15 +513,7 @@ func (w *simWorld) handle(l *simNode, c command) (result, error) {
 	if reportsClock(c, in.Member) {
 		l.clocks.observe(c.nodeID(), clockSample{reported: time.Unix(0, c.SentAt), leader: now, at: real})
 	}
-	var others []string
-	voters := l.cl.voters()
-	for _, m := range voters {
-		if m != l.id {
-			others = append(others, m)
-		}
-	}
-	est, quorum := clockQuorum(l.clocks.byID(others, real, clockSampleTTL), len(others), w.now-l.ledAt, clockSampleTTL)
-	in.ClusterNow, in.Known = clusterTime(now, est, quorum)
+	in.ClusterNow, in.Known = w.clusterNow(l, now)
 	d := leaderCheck(l.replica.state, c, in)
 	if d.Handoff && current {
 		w.handoff(l)
