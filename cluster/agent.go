@@ -50,7 +50,7 @@ func (n *Node) runAgent() {
 				n.revoke(g, ErrClusterConflict)
 				g = nil
 			}
-		case g == nil && time.Since(lastClaim) >= claimGap:
+		case g == nil && time.Since(lastClaim) >= claimGap && !n.cfg.neverClaim:
 			lastClaim = time.Now()
 			var err error
 			if g, err = n.claim(); g != nil {

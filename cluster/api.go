@@ -108,6 +108,12 @@ type Status struct {
 	// Clock is the node's clock when it answered (Unix ns; 0 from a release
 	// before protocol 2): the leader counts it in the cluster's time.
 	Clock int64
+	// ConfiguredLayout is the layout the node was started with (zero: it
+	// takes its cluster's) and Datacenter its preferred datacenter (-1: any;
+	// nil from a release before protocol 2). A leader adds or promotes only
+	// a member that can claim under the cluster's layout (canTakePart).
+	ConfiguredLayout generator.Layout
+	Datacenter       *int
 }
 
 // ReasonLeaving is the not-ready reason of a node that is leaving the

@@ -274,6 +274,9 @@ func (n *Node) reconcile() {
 		Now: time.Now(), ReapAfter: n.cfg.ReapAfter,
 	}
 	v.Protocols, _, _ = n.clusterProtocol()
+	if l, ok := n.clusterLayout(); ok {
+		v.Layout = &l
+	}
 	for id, m := range v.Members {
 		v.Addable[id] = addable(m, v.Own)
 	}

@@ -101,6 +101,10 @@ type Config struct {
 	// noClockInStatus, set only by this package's tests, leaves the clock
 	// out of Status, as a release before protocol 2 does.
 	noClockInStatus bool
+	// neverClaim, set only by this package's tests, keeps the agent from
+	// claiming: a voter that holds no slot (a standby of a release before
+	// protocol 2, or one refused every claim).
+	neverClaim bool
 }
 
 // Defaults for the tuning settings (cluster/DESIGN.md says why).
@@ -587,6 +591,8 @@ func (n *Node) Status() Status {
 	if !n.cfg.noClockInStatus {
 		st.Clock = n.clock.Now().UnixNano()
 	}
+	dc := n.cfg.Datacenter
+	st.ConfiguredLayout, st.Datacenter = n.cfg.Layout, &dc
 	n.conflicts.Range(func(k, _ any) bool {
 		st.ConflictingClusters = append(st.ConflictingClusters, k.(string))
 		return true

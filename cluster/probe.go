@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/idgen/idgen/generator"
 )
 
 // Membership authority. Gossip tells the leader that a node may exist; any
@@ -41,6 +43,7 @@ var (
 	errProbeRaftAddr   = errors.New("its own raft address is not the one gossip shows")
 	errProbeCluster    = errors.New("it does not belong to this cluster")
 	errProbeBehind     = errors.New("it has not caught up with this cluster's log")
+	errProbeNoClaim    = errors.New("it could never claim a slot under this cluster's layout")
 )
 
 // errNoProber: a node built without a Prober adds and promotes nobody.
@@ -197,6 +200,28 @@ func promoteProof(st Status, raftAddr, own string, leaderApplied uint64) error {
 	return nil
 }
 
+// canTakePart: only a node that can take part is a voter. A member started
+// with another layout than the cluster's l, or with a preferred datacenter
+// outside it, would be refused every claim, and as a voter it would count
+// toward the quorum without ever holding a slot. nil l (before Init) and a
+// Status that says neither (a release before protocol 2) pass.
+func canTakePart(st Status, l *generator.Layout) error {
+	if l == nil {
+		return nil
+	}
+	if st.ConfiguredLayout != (generator.Layout{}) && st.ConfiguredLayout != *l {
+		return fmt.Errorf("%w (it was started with layout %s, the cluster's is %s; restart it without --layout, --layout-unit "+
+			"and --layout-epoch, or with the cluster's)", errProbeNoClaim, st.ConfiguredLayout, l)
+	}
+	if st.Datacenter != nil {
+		if dc, dcs := *st.Datacenter, 1<<l.DatacenterBits; dc < -1 || dc >= dcs {
+			return fmt.Errorf("%w (its --datacenter %d is not in -1..%d under layout %s; restart it with one that is)",
+				errProbeNoClaim, dc, dcs-1, l)
+		}
+	}
+	return nil
+}
+
 // probeBackoff is when a member not in Raft whose probe failed is asked
 // again, for the addresses gossip showed then (key).
 type probeBackoff struct {
@@ -224,7 +249,7 @@ func (ls *leaderState) probeFailed(id, key string, now time.Time) {
 // (the sentinel) and member while this node leads.
 func (n *Node) refuse(id, name, action string, err error) {
 	kind := err
-	for _, s := range []error{errProbeUnanswered, errProbeOtherNode, errProbeLeaving, errProbeRaftAddr, errProbeCluster, errProbeBehind, errNoProber, ErrProtocol} {
+	for _, s := range []error{errProbeUnanswered, errProbeOtherNode, errProbeLeaving, errProbeRaftAddr, errProbeCluster, errProbeBehind, errNoProber, ErrProtocol, errProbeNoClaim} {
 		if errors.Is(err, s) {
 			kind = s
 			break

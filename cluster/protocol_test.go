@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idgen/idgen/generator"
 	"github.com/idgen/idgen/scripts/harness"
 )
 
@@ -150,12 +151,12 @@ func TestClockQuorum(t *testing.T) {
 	}
 }
 
-// silentVoterCluster starts a (the seed, leading), b and x; x runs with a
-// datacenter no layout of the cluster has, so it is a voter that never
-// claims and so never sends the leader a command with its clock (as a node
-// started with another --datacenter or --layout does). statusClock says
-// whether x's Status carries its clock (a release before protocol 2's does
-// not). The leader counts a report as stale after 3 s.
+// silentVoterCluster starts a (the seed, leading), b and x; x is a voter
+// that never claims, and so never sends the leader a command with its clock
+// (a standby, or a node of another --layout or --datacenter made a voter
+// before the leader checked that). statusClock says whether x's Status
+// carries its clock (a release before protocol 2's does not). The leader
+// counts a report as stale after 3 s.
 func silentVoterCluster(t *testing.T, statusClock bool) *testCluster {
 	tc := newTestCluster(t)
 	a := tc.add("a", 1)
@@ -163,7 +164,7 @@ func silentVoterCluster(t *testing.T, statusClock bool) *testCluster {
 	a.cfg.ReapAfter = time.Minute // b stays a voter while the test looks
 	tc.add("b", 1, "a").cfg.ReapAfter = time.Minute
 	x := tc.add("x", 1, "a")
-	x.cfg.Datacenter = 7
+	x.cfg.neverClaim = true
 	x.cfg.noClockInStatus = !statusClock
 	waitReady(t, tc.start("a"))
 	waitReady(t, tc.start("b"))
@@ -294,3 +295,45 @@ func TestNotReadyReasonsAreLogged(t *testing.T) {
 		t.Errorf("the not-ready line names no protocols:\n%s", out)
 	}
 }
+
+// TestNodeThatCannotClaimIsNotAVoter: only a node that can take part is a
+// voter. A node started with a datacenter outside the cluster's layout, or
+// with another layout, would be refused every claim and count toward the
+// quorum without a slot; the leader does not add it.
+func TestNodeThatCannotClaimIsNotAVoter(t *testing.T) {
+	tc := newTestCluster(t)
+	tc.add("a", 1)
+	tc.add("dc", 1, "a").cfg.Datacenter = 7 // the default layout has datacenters 0..3
+	other := generator.DefaultLayout()
+	other.Epoch += 24 * 3600 // a one-day typo
+	tc.add("lay", 1, "a").cfg.Layout = other
+	a := tc.start("a")
+	waitReady(t, a)
+	dc, lay := tc.start("dc"), tc.start("lay")
+	for range 4 { // four sweeps at least, with both in gossip
+		before := a.sweeps.Load()
+		harness.WaitFor(t, 10*time.Second, "a sweep", func() bool { return a.sweeps.Load() > before })
+	}
+	harness.WaitFor(t, 10*time.Second, "both in a's gossip", func() bool {
+		m := a.gossip.snapshot()
+		return m[dc.ID()].State == MemberAlive && m[lay.ID()].State == MemberAlive
+	})
+	for range 2 {
+		before := a.sweeps.Load()
+		harness.WaitFor(t, 10*time.Second, "a sweep", func() bool { return a.sweeps.Load() > before })
+	}
+	for _, n := range []*Node{dc, lay} {
+		if a.inRaftConfig(n.ID()) {
+			t.Errorf("the leader added %s, which can never claim under the cluster's layout", n.Name())
+		}
+	}
+	st := dc.Status()
+	if err := canTakePart(st, ptr(a.Layout())); err == nil || !strings.Contains(err.Error(), "--datacenter 7") {
+		t.Errorf("canTakePart(dc) = %v, want the datacenter named", err)
+	}
+	if err := canTakePart(lay.Status(), ptr(a.Layout())); err == nil || !strings.Contains(err.Error(), "layout") {
+		t.Errorf("canTakePart(lay) = %v, want the layout named", err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/idgen/idgen/generator"
 )
 
 // The leader's membership decisions (reconcile, leader.go), as functions of
@@ -41,6 +43,9 @@ type memberView struct {
 	// Protocols is what every server of Raft's configuration speaks
 	// (Node.clusterProtocol; zero: this build's range).
 	Protocols ProtocolRange
+	// Layout is the cluster's layout (nil before Init): a member that could
+	// never claim under it is not added or promoted (canTakePart).
+	Layout *generator.Layout
 }
 
 // protocols is the range a member must share with the servers to be added
@@ -309,6 +314,9 @@ func (ls *leaderState) join(v *memberView, out []memberAction, id string, m goss
 	if err == nil {
 		err = joinProtocol(st.Protocols, v.protocols())
 	}
+	if err == nil {
+		err = canTakePart(st, v.Layout)
+	}
 	if err != nil {
 		ls.probeFailed(id, joinKey(m), v.Now)
 		return append(out, memberAction{Kind: actRefuse, ID: id, Name: m.Meta.Name, Why: "not adding a gossip member to raft", Err: err})
@@ -344,6 +352,9 @@ func (ls *leaderState) promotion(v *memberView, out []memberAction, id string, m
 	}
 	if err == nil {
 		err = joinProtocol(st.Protocols, v.protocols())
+	}
+	if err == nil {
+		err = canTakePart(st, v.Layout)
 	}
 	if err != nil {
 		if _, ok := ls.unprovenSince[id]; !ok {

@@ -86,6 +86,8 @@ func statusToProto(st cluster.Status) *idgenv1.StatusResponse {
 		ProtocolMax:         uint32(max(st.Protocols.Max, 0)),
 		ClusterProtocol:     uint32(max(st.ClusterProtocol, 0)),
 		ClockUnixNano:       st.Clock,
+		ConfiguredLayout:    layoutText(st.ConfiguredLayout),
+		Datacenter:          datacenterOf(st.Datacenter),
 	}
 }
 
@@ -198,6 +200,15 @@ func (h *clusterService) Fault(ctx context.Context, req *idgenv1.FaultRequest) (
 
 // layoutText is the layout as the responses carry it (generator's String,
 // which ParseLayout reads), or "" while the node knows no cluster layout.
+// datacenterOf is a Status's preferred datacenter on the wire (nil: none said).
+func datacenterOf(dc *int) *int32 {
+	if dc == nil {
+		return nil
+	}
+	v := int32(*dc)
+	return &v
+}
+
 func layoutText(l generator.Layout) string {
 	if l.Validate() != nil {
 		return ""

@@ -91,6 +91,14 @@ func (p *PeerProber) Probe(ctx context.Context, grpcAddr string) (cluster.Status
 	if l, err := generator.ParseLayout(st.GetLayout()); err == nil {
 		out.Layout = l
 	}
+	// What decides whether it can claim here (protocol 2 on).
+	if l, err := generator.ParseLayout(st.GetConfiguredLayout()); err == nil {
+		out.ConfiguredLayout = l
+	}
+	if st.Datacenter != nil {
+		dc := int(st.GetDatacenter())
+		out.Datacenter = &dc
+	}
 	for _, m := range ms.GetMembers() {
 		if m.GetId() == out.ID {
 			out.RaftAddr = m.GetRaftAddr()

@@ -485,8 +485,15 @@ type StatusResponse struct {
 	// leader counts its voters' clocks in the cluster's time from it
 	// (protocol 2 on; 0 from an older release).
 	ClockUnixNano int64 `protobuf:"varint,26,opt,name=clock_unix_nano,json=clockUnixNano,proto3" json:"clock_unix_nano,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// What the node was started with that decides whether it can claim a
+	// slot in a cluster: the layout it was configured with (--layout; empty
+	// when it takes its cluster's) and its preferred datacenter (--datacenter,
+	// -1 for any). A leader adds or promotes only a member that can claim
+	// under the cluster's layout (protocol 2 on; unset from older nodes).
+	ConfiguredLayout string `protobuf:"bytes,27,opt,name=configured_layout,json=configuredLayout,proto3" json:"configured_layout,omitempty"`
+	Datacenter       *int32 `protobuf:"varint,28,opt,name=datacenter,proto3,oneof" json:"datacenter,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -697,6 +704,20 @@ func (x *StatusResponse) GetClusterProtocol() uint32 {
 func (x *StatusResponse) GetClockUnixNano() int64 {
 	if x != nil {
 		return x.ClockUnixNano
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetConfiguredLayout() string {
+	if x != nil {
+		return x.ConfiguredLayout
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetDatacenter() int32 {
+	if x != nil && x.Datacenter != nil {
+		return *x.Datacenter
 	}
 	return 0
 }
@@ -1348,7 +1369,7 @@ const file_idgen_v1_idgen_proto_rawDesc = "" +
 	"\x0fMembersResponse\x12*\n" +
 	"\amembers\x18\x01 \x03(\v2\x10.idgen.v1.MemberR\amembers\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\"\x0f\n" +
-	"\rStatusRequest\"\xc2\x06\n" +
+	"\rStatusRequest\"\xa3\a\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1381,7 +1402,12 @@ const file_idgen_v1_idgen_proto_rawDesc = "" +
 	"\fprotocol_min\x18\x17 \x01(\rR\vprotocolMin\x12!\n" +
 	"\fprotocol_max\x18\x18 \x01(\rR\vprotocolMax\x12)\n" +
 	"\x10cluster_protocol\x18\x19 \x01(\rR\x0fclusterProtocol\x12&\n" +
-	"\x0fclock_unix_nano\x18\x1a \x01(\x03R\rclockUnixNano\"#\n" +
+	"\x0fclock_unix_nano\x18\x1a \x01(\x03R\rclockUnixNano\x12+\n" +
+	"\x11configured_layout\x18\x1b \x01(\tR\x10configuredLayout\x12#\n" +
+	"\n" +
+	"datacenter\x18\x1c \x01(\x05H\x00R\n" +
+	"datacenter\x88\x01\x01B\r\n" +
+	"\v_datacenter\"#\n" +
 	"\vJoinRequest\x12\x14\n" +
 	"\x05addrs\x18\x01 \x03(\tR\x05addrs\",\n" +
 	"\fJoinResponse\x12\x1c\n" +
@@ -1495,6 +1521,7 @@ func file_idgen_v1_idgen_proto_init() {
 	if File_idgen_v1_idgen_proto != nil {
 		return
 	}
+	file_idgen_v1_idgen_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
