@@ -103,8 +103,13 @@ type simConfig struct {
 	// calm: the first cluster's leader never changes while the faults last
 	// (no elections, and it is never crashed or wiped): one in eight worlds,
 	// so that a failed Init meets a leader that stays.
-	calm   bool
-	faults simFaults
+	calm bool
+	// strangers: nodes 1..strangers are started with a datacenter outside
+	// the layout (as a node of another --datacenter or --layout is): every
+	// claim of theirs is refused. They gossip like the others, and the
+	// leader must never make them voters (canTakePart). One world in three.
+	strangers int
+	faults    simFaults
 }
 
 func newSimConfig(r *rand.Rand) simConfig {
@@ -138,6 +143,12 @@ type simCluster struct {
 	// lastSweep: when its leader last ran a reconcile sweep.
 	lastSweep time.Duration
 }
+
+// simStrangerDC is a stranger's --datacenter: outside simLayout's.
+const simStrangerDC = 1 << 3
+
+// stranger: n is started with a datacenter outside the layout (simConfig).
+func (n *simNode) stranger() bool { return n.addr >= 1 && n.addr <= n.w.cfg.strangers }
 
 type simNode struct {
 	w      *simWorld
@@ -331,6 +342,11 @@ func (w *simWorld) fail(format string, args ...any) {
 func newSimWorld(seed int64, faults simFaults, tweak func(*simConfig)) *simWorld {
 	r := rand.New(rand.NewSource(seed))
 	cfg := newSimConfig(r)
+	// Drawn from a stream of their own, so that a world without strangers
+	// plays exactly as before they were modelled (the known seeds).
+	if sr := rand.New(rand.NewSource(seed ^ 0x57a4)); sr.Intn(3) == 0 {
+		cfg.strangers = 1 + sr.Intn(cfg.nodes-2)
+	}
 	cfg.faults = faults
 	if tweak != nil {
 		tweak(&cfg)
@@ -349,6 +365,10 @@ func newSimWorld(seed int64, faults simFaults, tweak func(*simConfig)) *simWorld
 	c := w.bootstrap(w.nodes[0])
 	for _, n := range w.nodes[1:] {
 		n.cl = c
+		if n.stranger() {
+			n.dc = simStrangerDC // its leader's sweep decides whether it joins
+			continue
+		}
 		c.addServer(n, true)
 	}
 	return w
@@ -1146,6 +1166,9 @@ func (w *simWorld) wipe(n *simNode) {
 	n.left = false
 	n.id, n.nm = w.newNodeID(n.addr, n.life), fmt.Sprintf("%d.%d", n.addr, n.life)
 	n.dc = w.r.Intn(1<<simLayout.DatacenterBits+1) - 1
+	if n.stranger() {
+		n.dc = simStrangerDC
+	}
 	n.replica, n.applied, n.cl, n.conflict = newFSM(), 0, nil, false
 	n.snap, n.snapAt = nil, 0
 	n.up = true
@@ -1462,8 +1485,10 @@ func (w *simWorld) probe(addr string) (Status, error) {
 		if !n.awake() {
 			return Status{}, errors.New("connection refused")
 		}
+		dc := n.dc
 		return Status{ID: n.id, RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(), AppliedIndex: uint64(n.applied),
-			LastIndex: uint64(n.applied), Leaving: n.leaving != 0, Protocols: ownProtocols, Clock: n.clock().Now().UnixNano()}, nil
+			LastIndex: uint64(n.applied), Leaving: n.leaving != 0, Protocols: ownProtocols, Clock: n.clock().Now().UnixNano(),
+			Datacenter: &dc}, nil
 	}
 	return Status{}, errors.New("no such address")
 }
@@ -1482,6 +1507,9 @@ func (w *simWorld) sweep(c *simCluster) {
 	v := &memberView{Self: l.id, SelfRaftAddr: raftAddr(l.addr), Own: l.ownCluster(),
 		Servers: append([]raft.Server(nil), c.servers...), Members: w.gossipView(), Addable: map[string]bool{},
 		StateAddr: map[string]string{}, LeaderApplied: uint64(l.applied), Now: w.base.Add(w.now), ReapAfter: simReapAfter}
+	if l.replica.state.Layout != nil {
+		v.Layout = l.replica.state.Layout
+	}
 	for id, m := range v.Members {
 		v.Addable[id] = addable(m, v.Own)
 	}
@@ -1679,6 +1707,12 @@ func (w *simWorld) membershipProblem(c *simCluster) string {
 		}
 	}
 	for _, n := range w.nodes {
+		if n.stranger() {
+			if c.voter(n.id) {
+				return fmt.Sprintf("%s, started with datacenter %d outside the layout, is a voter of %s: it can never claim", n.name(), n.dc, c.id)
+			}
+			continue
+		}
 		if n.up && n.cl == c && !n.conflict && !c.voter(n.id) {
 			return fmt.Sprintf("%s is a live node of %s but not a voter", n.name(), c.id)
 		}
@@ -1687,7 +1721,7 @@ func (w *simWorld) membershipProblem(c *simCluster) string {
 }
 
 func (w *simWorld) nodeLiveProblem(n *simNode) string {
-	if !n.up || n.cl == nil || n.conflict || n.cl.younger {
+	if !n.up || n.cl == nil || n.conflict || n.cl.younger || n.stranger() {
 		n.noRoom = false
 		return ""
 	}
