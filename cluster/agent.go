@@ -174,6 +174,11 @@ func ownTenure(s *state, nodeID string, tenure uint64) (t Tenure, applied, ok bo
 // awaitTenure waits until the local replica has applied the claim that opened
 // tenure, and returns the hold it records.
 func (n *Node) awaitTenure(ctx context.Context, tenure uint64) (Tenure, error) {
+	if tenure == 0 {
+		// Never a success: a zero Tenure would start a generator on slot 0
+		// from floor 0. (Every Claim answer names its tenure today.)
+		return Tenure{}, fmt.Errorf("%w: the leader's answer to the claim names no tenure", errTenureNotHeld)
+	}
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -186,6 +191,9 @@ func (n *Node) awaitTenure(ctx context.Context, tenure uint64) (Tenure, error) {
 		case d.Start:
 			return t, nil
 		case d.Claim:
+			if d.Err == nil {
+				return Tenure{}, fmt.Errorf("%w (tenure %d)", errTenureNotHeld, tenure)
+			}
 			return Tenure{}, d.Err
 		}
 		select {

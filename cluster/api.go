@@ -114,6 +114,11 @@ type Status struct {
 	// a member that can claim under the cluster's layout (canTakePart).
 	ConfiguredLayout generator.Layout
 	Datacenter       *int
+	// GrantedWindows is, per slot, the end of the largest window the node's
+	// replica of its cluster's log granted there (slots no tenure held are
+	// left out; nil from a release before protocol 2). Another cluster that
+	// meets this one fences them all (foreign.go).
+	GrantedWindows map[int]int64
 }
 
 // ReasonLeaving is the not-ready reason of a node that is leaving the

@@ -36,6 +36,10 @@ type foreignProof struct {
 	history uint64
 	slot    int // its last window's slot, -1 for none
 	granted int64
+	// windows: per slot, the largest window its cluster's log granted there
+	// (protocol 2 on; nil from an older node, whose own last window is all
+	// that is known).
+	windows map[int]int64
 	// layout is its cluster's layout (zero when it names none).
 	layout generator.Layout
 	// serving: its cluster can issue, as far as its answer shows (it is
@@ -91,7 +95,7 @@ func (n *Node) proveForeign(own string) []foreignProof {
 		}
 		b.proofs[k.id] = foreignProof{
 			id: k.id, cluster: st.ClusterID, created: m.Meta.Created, history: coarseIndex(st.AppliedIndex),
-			slot: st.LastWindowSlot, granted: st.LastWindowGranted, layout: st.Layout, at: now,
+			slot: st.LastWindowSlot, granted: st.LastWindowGranted, layout: st.Layout, windows: st.GrantedWindows, at: now,
 			serving: st.Ready || st.LeaderID != "",
 		}
 	}

@@ -272,6 +272,18 @@ func (s *state) applyClaim(c command, index uint64) interface{} {
 // tenure finds the record of a slot's tenure, searching from the newest, or
 // returns nil. The state's invariants (checked by Restore) say it exists for
 // every owned slot; callers still refuse the command rather than panic.
+// grantedWindows is, per slot, the largest Granted of the slot's tenures:
+// everything the cluster could have stamped there.
+func (s *state) grantedWindows() map[int]int64 {
+	out := map[int]int64{}
+	for _, t := range s.Tenures {
+		if g, ok := out[t.Slot]; !ok || t.Granted > g {
+			out[t.Slot] = t.Granted
+		}
+	}
+	return out
+}
+
 func (s *state) tenure(slot int, id uint64) *Tenure {
 	for i := len(s.Tenures) - 1; i >= 0; i-- {
 		if t := &s.Tenures[i]; t.Slot == slot && t.ClaimedIndex == id {

@@ -535,15 +535,20 @@ func foreignFences(proofs []foreignProof, own generator.Layout) []foreignFence {
 	want := map[int]foreignFence{}
 	var other []foreignFence
 	for _, p := range proofs {
-		if p.slot < 0 {
-			continue
-		}
 		if p.layout != (generator.Layout{}) && p.layout != own {
-			other = append(other, foreignFence{slot: p.slot, foreign: p.cluster, otherLayout: true, layout: p.layout})
+			if p.slot >= 0 || len(p.windows) > 0 {
+				other = append(other, foreignFence{slot: p.slot, foreign: p.cluster, otherLayout: true, layout: p.layout})
+			}
 			continue
 		}
-		if f, ok := want[p.slot]; !ok || p.granted > f.upTo {
-			want[p.slot] = foreignFence{slot: p.slot, upTo: p.granted, foreign: p.cluster}
+		add := func(slot int, upTo int64) {
+			if f, ok := want[slot]; slot >= 0 && (!ok || upTo > f.upTo) {
+				want[slot] = foreignFence{slot: slot, upTo: upTo, foreign: p.cluster}
+			}
+		}
+		add(p.slot, p.granted)
+		for slot, g := range p.windows {
+			add(slot, g)
 		}
 	}
 	out := make([]foreignFence, 0, len(want)+len(other))

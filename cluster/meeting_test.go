@@ -235,3 +235,52 @@ func checkInitStart(t *testing.T, n *Node) {
 		t.Fatalf("Init started the slots at %d, %v ahead of real time plus max-ahead", start, l.Time(start).Sub(l.Time(limit)))
 	}
 }
+
+// TestMeetingFencesEverySlotTheOtherLogGranted: the younger cluster's node
+// that issued on slot 0 is dead by the time the clusters meet; only its
+// peer y2, which held slot 1, answers. y2's Status reports every window its
+// cluster's log granted, so slot 0 is fenced too (from y2's own window
+// alone, the serving cluster knew only of slot 1, and a, holding slot 0,
+// would have stamped y1's seconds again 20 s later).
+func TestMeetingFencesEverySlotTheOtherLogGranted(t *testing.T) {
+	tc := startServing(t)
+	a := tc.node("a")
+	if slot := a.Status().Slot; slot != 0 {
+		t.Fatalf("a holds slot %d, want 0", slot)
+	}
+	// Its clocks 20 s ahead: its windows lie above everything the serving
+	// cluster granted so far (none of its IDs repeats one issued before the
+	// meeting), and the serving cluster's holder of slot 0 would reach them
+	// as real time does.
+	ahead := skewedClock{20 * time.Second}
+	tc.add("y1", 1).cfg.Clock = ahead
+	y2s := tc.add("y2", 1, "y1")
+	y2s.cfg.Clock = ahead
+	y1 := tc.start("y1")
+	waitReady(t, y1)
+	y2 := tc.start("y2")
+	waitReady(t, y2)
+	if y1.Status().Slot != 0 || y2.Status().Slot != 1 {
+		t.Fatalf("young slots: y1 %d, y2 %d; want 0 and 1", y1.Status().Slot, y2.Status().Slot)
+	}
+	for range 3 {
+		tc.issue(y1, 2048)
+	}
+	young := y1.Status().Granted
+	harness.WaitFor(t, 10*time.Second, "y2's replica to have y1's last grant", func() bool {
+		return y2.Status().GrantedWindows[0] >= young
+	})
+	tc.stop("y1")
+	tenure := a.tenure.Load()
+	if _, err := y2.Join([]string{tc.specs["b"].cfg.GossipAddr}); err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, 20*time.Second, "the younger cluster's survivor to stop", func() bool { return y2.Conflict() != nil })
+	harness.WaitFor(t, 20*time.Second, "slot 0 fenced above the younger log's window", func() bool {
+		var hw int64
+		a.fsm.view(func(s *state) { hw = s.Slots[0].HighWater })
+		return hw >= young && a.tenure.Load() != tenure
+	})
+	waitReady(t, a)
+	tc.issue(a, 2048)
+}

@@ -593,6 +593,7 @@ func (n *Node) Status() Status {
 	}
 	dc := n.cfg.Datacenter
 	st.ConfiguredLayout, st.Datacenter = n.cfg.Layout, &dc
+	n.fsm.view(func(s *state) { st.GrantedWindows = s.grantedWindows() })
 	n.conflicts.Range(func(k, _ any) bool {
 		st.ConflictingClusters = append(st.ConflictingClusters, k.(string))
 		return true

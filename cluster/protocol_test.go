@@ -337,3 +337,17 @@ func TestNodeThatCannotClaimIsNotAVoter(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestClaimAnswerWithoutATenureIsNoClaim: an answer that names no tenure
+// never starts a generator (a zero Tenure is slot 0 from floor 0).
+func TestClaimAnswerWithoutATenureIsNoClaim(t *testing.T) {
+	tc := newTestCluster(t)
+	tc.add("a", 1)
+	a := tc.start("a")
+	waitReady(t, a)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if tn, err := a.awaitTenure(ctx, 0); err == nil || !errors.Is(err, errTenureNotHeld) {
+		t.Fatalf("awaitTenure(0) = %+v, %v; want errTenureNotHeld", tn, err)
+	}
+}

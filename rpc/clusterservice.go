@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sort"
 	"strings"
 	"time"
 
@@ -88,6 +89,7 @@ func statusToProto(st cluster.Status) *idgenv1.StatusResponse {
 		ClockUnixNano:       st.Clock,
 		ConfiguredLayout:    layoutText(st.ConfiguredLayout),
 		Datacenter:          datacenterOf(st.Datacenter),
+		GrantedWindows:      windowsOf(st.GrantedWindows),
 	}
 }
 
@@ -200,6 +202,16 @@ func (h *clusterService) Fault(ctx context.Context, req *idgenv1.FaultRequest) (
 
 // layoutText is the layout as the responses carry it (generator's String,
 // which ParseLayout reads), or "" while the node knows no cluster layout.
+// windowsOf is a Status's granted windows on the wire, by slot.
+func windowsOf(w map[int]int64) []*idgenv1.SlotWindow {
+	out := make([]*idgenv1.SlotWindow, 0, len(w))
+	for slot, g := range w {
+		out = append(out, &idgenv1.SlotWindow{Slot: uint32(max(slot, 0)), Granted: g})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Slot < out[j].Slot })
+	return out
+}
+
 // datacenterOf is a Status's preferred datacenter on the wire (nil: none said).
 func datacenterOf(dc *int) *int32 {
 	if dc == nil {

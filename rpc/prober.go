@@ -99,6 +99,13 @@ func (p *PeerProber) Probe(ctx context.Context, grpcAddr string) (cluster.Status
 		dc := int(st.GetDatacenter())
 		out.Datacenter = &dc
 	}
+	// Every window its cluster's log granted (another cluster fences them all).
+	if ws := st.GetGrantedWindows(); len(ws) > 0 {
+		out.GrantedWindows = make(map[int]int64, len(ws))
+		for _, w := range ws {
+			out.GrantedWindows[int(w.GetSlot())] = w.GetGranted()
+		}
+	}
 	for _, m := range ms.GetMembers() {
 		if m.GetId() == out.ID {
 			out.RaftAddr = m.GetRaftAddr()

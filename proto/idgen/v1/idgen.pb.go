@@ -492,8 +492,14 @@ type StatusResponse struct {
 	// under the cluster's layout (protocol 2 on; unset from older nodes).
 	ConfiguredLayout string `protobuf:"bytes,27,opt,name=configured_layout,json=configuredLayout,proto3" json:"configured_layout,omitempty"`
 	Datacenter       *int32 `protobuf:"varint,28,opt,name=datacenter,proto3,oneof" json:"datacenter,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Per slot, the end of the largest window this node's replica of its
+	// cluster's log ever granted there (slots no tenure held are left out):
+	// a leader of another cluster that meets this one fences every one of
+	// them, not only the window this node's own generator held (protocol 2
+	// on; empty from older nodes). Read only from an authenticated answer.
+	GrantedWindows []*SlotWindow `protobuf:"bytes,29,rep,name=granted_windows,json=grantedWindows,proto3" json:"granted_windows,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -722,6 +728,65 @@ func (x *StatusResponse) GetDatacenter() int32 {
 	return 0
 }
 
+func (x *StatusResponse) GetGrantedWindows() []*SlotWindow {
+	if x != nil {
+		return x.GrantedWindows
+	}
+	return nil
+}
+
+type SlotWindow struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Slot          uint32                 `protobuf:"varint,1,opt,name=slot,proto3" json:"slot,omitempty"`
+	Granted       int64                  `protobuf:"varint,2,opt,name=granted,proto3" json:"granted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotWindow) Reset() {
+	*x = SlotWindow{}
+	mi := &file_idgen_v1_idgen_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotWindow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotWindow) ProtoMessage() {}
+
+func (x *SlotWindow) ProtoReflect() protoreflect.Message {
+	mi := &file_idgen_v1_idgen_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotWindow.ProtoReflect.Descriptor instead.
+func (*SlotWindow) Descriptor() ([]byte, []int) {
+	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SlotWindow) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *SlotWindow) GetGranted() int64 {
+	if x != nil {
+		return x.Granted
+	}
+	return 0
+}
+
 type JoinRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Addrs         []string               `protobuf:"bytes,1,rep,name=addrs,proto3" json:"addrs,omitempty"`
@@ -731,7 +796,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_idgen_v1_idgen_proto_msgTypes[7]
+	mi := &file_idgen_v1_idgen_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -743,7 +808,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idgen_v1_idgen_proto_msgTypes[7]
+	mi := &file_idgen_v1_idgen_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -756,7 +821,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{7}
+	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *JoinRequest) GetAddrs() []string {
@@ -776,7 +841,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_idgen_v1_idgen_proto_msgTypes[8]
+	mi := &file_idgen_v1_idgen_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -788,7 +853,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idgen_v1_idgen_proto_msgTypes[8]
+	mi := &file_idgen_v1_idgen_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -801,7 +866,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{8}
+	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *JoinResponse) GetContacted() int32 {
@@ -819,7 +884,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_idgen_v1_idgen_proto_msgTypes[9]
+	mi := &file_idgen_v1_idgen_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -831,7 +896,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idgen_v1_idgen_proto_msgTypes[9]
+	mi := &file_idgen_v1_idgen_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -844,7 +909,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{9}
+	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{10}
 }
 
 type LeaveResponse struct {
@@ -855,7 +920,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_idgen_v1_idgen_proto_msgTypes[10]
+	mi := &file_idgen_v1_idgen_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -867,7 +932,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idgen_v1_idgen_proto_msgTypes[10]
+	mi := &file_idgen_v1_idgen_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -880,7 +945,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{10}
+	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{11}
 }
 
 type RemoveRequest struct {
@@ -893,7 +958,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_idgen_v1_idgen_proto_msgTypes[11]
+	mi := &file_idgen_v1_idgen_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -905,7 +970,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idgen_v1_idgen_proto_msgTypes[11]
+	mi := &file_idgen_v1_idgen_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -918,7 +983,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{11}
+	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RemoveRequest) GetNode() string {
@@ -939,7 +1004,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_idgen_v1_idgen_proto_msgTypes[12]
+	mi := &file_idgen_v1_idgen_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -951,7 +1016,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idgen_v1_idgen_proto_msgTypes[12]
+	mi := &file_idgen_v1_idgen_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -964,7 +1029,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{12}
+	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RemoveResponse) GetId() string {
@@ -989,7 +1054,7 @@ type HistoryRequest struct {
 
 func (x *HistoryRequest) Reset() {
 	*x = HistoryRequest{}
-	mi := &file_idgen_v1_idgen_proto_msgTypes[13]
+	mi := &file_idgen_v1_idgen_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1066,7 @@ func (x *HistoryRequest) String() string {
 func (*HistoryRequest) ProtoMessage() {}
 
 func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idgen_v1_idgen_proto_msgTypes[13]
+	mi := &file_idgen_v1_idgen_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1079,7 @@ func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
 func (*HistoryRequest) Descriptor() ([]byte, []int) {
-	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{13}
+	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{14}
 }
 
 type Tenure struct {
@@ -1033,7 +1098,7 @@ type Tenure struct {
 
 func (x *Tenure) Reset() {
 	*x = Tenure{}
-	mi := &file_idgen_v1_idgen_proto_msgTypes[14]
+	mi := &file_idgen_v1_idgen_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1110,7 @@ func (x *Tenure) String() string {
 func (*Tenure) ProtoMessage() {}
 
 func (x *Tenure) ProtoReflect() protoreflect.Message {
-	mi := &file_idgen_v1_idgen_proto_msgTypes[14]
+	mi := &file_idgen_v1_idgen_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1123,7 @@ func (x *Tenure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenure.ProtoReflect.Descriptor instead.
 func (*Tenure) Descriptor() ([]byte, []int) {
-	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{14}
+	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Tenure) GetSlot() uint32 {
@@ -1113,7 +1178,7 @@ type HistoryResponse struct {
 
 func (x *HistoryResponse) Reset() {
 	*x = HistoryResponse{}
-	mi := &file_idgen_v1_idgen_proto_msgTypes[15]
+	mi := &file_idgen_v1_idgen_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1125,7 +1190,7 @@ func (x *HistoryResponse) String() string {
 func (*HistoryResponse) ProtoMessage() {}
 
 func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idgen_v1_idgen_proto_msgTypes[15]
+	mi := &file_idgen_v1_idgen_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1138,7 +1203,7 @@ func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryResponse.ProtoReflect.Descriptor instead.
 func (*HistoryResponse) Descriptor() ([]byte, []int) {
-	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{15}
+	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *HistoryResponse) GetTenures() []*Tenure {
@@ -1165,7 +1230,7 @@ type FaultRequest struct {
 
 func (x *FaultRequest) Reset() {
 	*x = FaultRequest{}
-	mi := &file_idgen_v1_idgen_proto_msgTypes[16]
+	mi := &file_idgen_v1_idgen_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1177,7 +1242,7 @@ func (x *FaultRequest) String() string {
 func (*FaultRequest) ProtoMessage() {}
 
 func (x *FaultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idgen_v1_idgen_proto_msgTypes[16]
+	mi := &file_idgen_v1_idgen_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1190,7 +1255,7 @@ func (x *FaultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FaultRequest.ProtoReflect.Descriptor instead.
 func (*FaultRequest) Descriptor() ([]byte, []int) {
-	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{16}
+	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FaultRequest) GetClockOffsetMs() int64 {
@@ -1209,7 +1274,7 @@ type FaultResponse struct {
 
 func (x *FaultResponse) Reset() {
 	*x = FaultResponse{}
-	mi := &file_idgen_v1_idgen_proto_msgTypes[17]
+	mi := &file_idgen_v1_idgen_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1221,7 +1286,7 @@ func (x *FaultResponse) String() string {
 func (*FaultResponse) ProtoMessage() {}
 
 func (x *FaultResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idgen_v1_idgen_proto_msgTypes[17]
+	mi := &file_idgen_v1_idgen_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1234,7 +1299,7 @@ func (x *FaultResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FaultResponse.ProtoReflect.Descriptor instead.
 func (*FaultResponse) Descriptor() ([]byte, []int) {
-	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{17}
+	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *FaultResponse) GetClockOffsetMs() int64 {
@@ -1254,7 +1319,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_idgen_v1_idgen_proto_msgTypes[18]
+	mi := &file_idgen_v1_idgen_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1266,7 +1331,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idgen_v1_idgen_proto_msgTypes[18]
+	mi := &file_idgen_v1_idgen_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1279,7 +1344,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{18}
+	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ApplyRequest) GetCommand() []byte {
@@ -1299,7 +1364,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_idgen_v1_idgen_proto_msgTypes[19]
+	mi := &file_idgen_v1_idgen_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1311,7 +1376,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idgen_v1_idgen_proto_msgTypes[19]
+	mi := &file_idgen_v1_idgen_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1324,7 +1389,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{19}
+	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ApplyResponse) GetResult() []byte {
@@ -1369,7 +1434,7 @@ const file_idgen_v1_idgen_proto_rawDesc = "" +
 	"\x0fMembersResponse\x12*\n" +
 	"\amembers\x18\x01 \x03(\v2\x10.idgen.v1.MemberR\amembers\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\"\x0f\n" +
-	"\rStatusRequest\"\xa3\a\n" +
+	"\rStatusRequest\"\xe2\a\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1406,8 +1471,13 @@ const file_idgen_v1_idgen_proto_rawDesc = "" +
 	"\x11configured_layout\x18\x1b \x01(\tR\x10configuredLayout\x12#\n" +
 	"\n" +
 	"datacenter\x18\x1c \x01(\x05H\x00R\n" +
-	"datacenter\x88\x01\x01B\r\n" +
-	"\v_datacenter\"#\n" +
+	"datacenter\x88\x01\x01\x12=\n" +
+	"\x0fgranted_windows\x18\x1d \x03(\v2\x14.idgen.v1.SlotWindowR\x0egrantedWindowsB\r\n" +
+	"\v_datacenter\":\n" +
+	"\n" +
+	"SlotWindow\x12\x12\n" +
+	"\x04slot\x18\x01 \x01(\rR\x04slot\x12\x18\n" +
+	"\agranted\x18\x02 \x01(\x03R\agranted\"#\n" +
 	"\vJoinRequest\x12\x14\n" +
 	"\x05addrs\x18\x01 \x03(\tR\x05addrs\",\n" +
 	"\fJoinResponse\x12\x1c\n" +
@@ -1465,7 +1535,7 @@ func file_idgen_v1_idgen_proto_rawDescGZIP() []byte {
 	return file_idgen_v1_idgen_proto_rawDescData
 }
 
-var file_idgen_v1_idgen_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_idgen_v1_idgen_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_idgen_v1_idgen_proto_goTypes = []any{
 	(*GetIDBatchRequest)(nil),  // 0: idgen.v1.GetIDBatchRequest
 	(*GetIDBatchResponse)(nil), // 1: idgen.v1.GetIDBatchResponse
@@ -1474,46 +1544,48 @@ var file_idgen_v1_idgen_proto_goTypes = []any{
 	(*MembersResponse)(nil),    // 4: idgen.v1.MembersResponse
 	(*StatusRequest)(nil),      // 5: idgen.v1.StatusRequest
 	(*StatusResponse)(nil),     // 6: idgen.v1.StatusResponse
-	(*JoinRequest)(nil),        // 7: idgen.v1.JoinRequest
-	(*JoinResponse)(nil),       // 8: idgen.v1.JoinResponse
-	(*LeaveRequest)(nil),       // 9: idgen.v1.LeaveRequest
-	(*LeaveResponse)(nil),      // 10: idgen.v1.LeaveResponse
-	(*RemoveRequest)(nil),      // 11: idgen.v1.RemoveRequest
-	(*RemoveResponse)(nil),     // 12: idgen.v1.RemoveResponse
-	(*HistoryRequest)(nil),     // 13: idgen.v1.HistoryRequest
-	(*Tenure)(nil),             // 14: idgen.v1.Tenure
-	(*HistoryResponse)(nil),    // 15: idgen.v1.HistoryResponse
-	(*FaultRequest)(nil),       // 16: idgen.v1.FaultRequest
-	(*FaultResponse)(nil),      // 17: idgen.v1.FaultResponse
-	(*ApplyRequest)(nil),       // 18: idgen.v1.ApplyRequest
-	(*ApplyResponse)(nil),      // 19: idgen.v1.ApplyResponse
+	(*SlotWindow)(nil),         // 7: idgen.v1.SlotWindow
+	(*JoinRequest)(nil),        // 8: idgen.v1.JoinRequest
+	(*JoinResponse)(nil),       // 9: idgen.v1.JoinResponse
+	(*LeaveRequest)(nil),       // 10: idgen.v1.LeaveRequest
+	(*LeaveResponse)(nil),      // 11: idgen.v1.LeaveResponse
+	(*RemoveRequest)(nil),      // 12: idgen.v1.RemoveRequest
+	(*RemoveResponse)(nil),     // 13: idgen.v1.RemoveResponse
+	(*HistoryRequest)(nil),     // 14: idgen.v1.HistoryRequest
+	(*Tenure)(nil),             // 15: idgen.v1.Tenure
+	(*HistoryResponse)(nil),    // 16: idgen.v1.HistoryResponse
+	(*FaultRequest)(nil),       // 17: idgen.v1.FaultRequest
+	(*FaultResponse)(nil),      // 18: idgen.v1.FaultResponse
+	(*ApplyRequest)(nil),       // 19: idgen.v1.ApplyRequest
+	(*ApplyResponse)(nil),      // 20: idgen.v1.ApplyResponse
 }
 var file_idgen_v1_idgen_proto_depIdxs = []int32{
 	3,  // 0: idgen.v1.MembersResponse.members:type_name -> idgen.v1.Member
-	14, // 1: idgen.v1.HistoryResponse.tenures:type_name -> idgen.v1.Tenure
-	0,  // 2: idgen.v1.IDService.GetIDBatch:input_type -> idgen.v1.GetIDBatchRequest
-	2,  // 3: idgen.v1.ClusterService.Members:input_type -> idgen.v1.MembersRequest
-	5,  // 4: idgen.v1.ClusterService.Status:input_type -> idgen.v1.StatusRequest
-	7,  // 5: idgen.v1.ClusterService.Join:input_type -> idgen.v1.JoinRequest
-	9,  // 6: idgen.v1.ClusterService.Leave:input_type -> idgen.v1.LeaveRequest
-	11, // 7: idgen.v1.ClusterService.Remove:input_type -> idgen.v1.RemoveRequest
-	13, // 8: idgen.v1.ClusterService.History:input_type -> idgen.v1.HistoryRequest
-	16, // 9: idgen.v1.ClusterService.Fault:input_type -> idgen.v1.FaultRequest
-	18, // 10: idgen.v1.PeerService.Apply:input_type -> idgen.v1.ApplyRequest
-	1,  // 11: idgen.v1.IDService.GetIDBatch:output_type -> idgen.v1.GetIDBatchResponse
-	4,  // 12: idgen.v1.ClusterService.Members:output_type -> idgen.v1.MembersResponse
-	6,  // 13: idgen.v1.ClusterService.Status:output_type -> idgen.v1.StatusResponse
-	8,  // 14: idgen.v1.ClusterService.Join:output_type -> idgen.v1.JoinResponse
-	10, // 15: idgen.v1.ClusterService.Leave:output_type -> idgen.v1.LeaveResponse
-	12, // 16: idgen.v1.ClusterService.Remove:output_type -> idgen.v1.RemoveResponse
-	15, // 17: idgen.v1.ClusterService.History:output_type -> idgen.v1.HistoryResponse
-	17, // 18: idgen.v1.ClusterService.Fault:output_type -> idgen.v1.FaultResponse
-	19, // 19: idgen.v1.PeerService.Apply:output_type -> idgen.v1.ApplyResponse
-	11, // [11:20] is the sub-list for method output_type
-	2,  // [2:11] is the sub-list for method input_type
-	2,  // [2:2] is the sub-list for extension type_name
-	2,  // [2:2] is the sub-list for extension extendee
-	0,  // [0:2] is the sub-list for field type_name
+	7,  // 1: idgen.v1.StatusResponse.granted_windows:type_name -> idgen.v1.SlotWindow
+	15, // 2: idgen.v1.HistoryResponse.tenures:type_name -> idgen.v1.Tenure
+	0,  // 3: idgen.v1.IDService.GetIDBatch:input_type -> idgen.v1.GetIDBatchRequest
+	2,  // 4: idgen.v1.ClusterService.Members:input_type -> idgen.v1.MembersRequest
+	5,  // 5: idgen.v1.ClusterService.Status:input_type -> idgen.v1.StatusRequest
+	8,  // 6: idgen.v1.ClusterService.Join:input_type -> idgen.v1.JoinRequest
+	10, // 7: idgen.v1.ClusterService.Leave:input_type -> idgen.v1.LeaveRequest
+	12, // 8: idgen.v1.ClusterService.Remove:input_type -> idgen.v1.RemoveRequest
+	14, // 9: idgen.v1.ClusterService.History:input_type -> idgen.v1.HistoryRequest
+	17, // 10: idgen.v1.ClusterService.Fault:input_type -> idgen.v1.FaultRequest
+	19, // 11: idgen.v1.PeerService.Apply:input_type -> idgen.v1.ApplyRequest
+	1,  // 12: idgen.v1.IDService.GetIDBatch:output_type -> idgen.v1.GetIDBatchResponse
+	4,  // 13: idgen.v1.ClusterService.Members:output_type -> idgen.v1.MembersResponse
+	6,  // 14: idgen.v1.ClusterService.Status:output_type -> idgen.v1.StatusResponse
+	9,  // 15: idgen.v1.ClusterService.Join:output_type -> idgen.v1.JoinResponse
+	11, // 16: idgen.v1.ClusterService.Leave:output_type -> idgen.v1.LeaveResponse
+	13, // 17: idgen.v1.ClusterService.Remove:output_type -> idgen.v1.RemoveResponse
+	16, // 18: idgen.v1.ClusterService.History:output_type -> idgen.v1.HistoryResponse
+	18, // 19: idgen.v1.ClusterService.Fault:output_type -> idgen.v1.FaultResponse
+	20, // 20: idgen.v1.PeerService.Apply:output_type -> idgen.v1.ApplyResponse
+	12, // [12:21] is the sub-list for method output_type
+	3,  // [3:12] is the sub-list for method input_type
+	3,  // [3:3] is the sub-list for extension type_name
+	3,  // [3:3] is the sub-list for extension extendee
+	0,  // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_idgen_v1_idgen_proto_init() }
@@ -1528,7 +1600,7 @@ func file_idgen_v1_idgen_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_idgen_v1_idgen_proto_rawDesc), len(file_idgen_v1_idgen_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   3,
 		},
