@@ -132,16 +132,27 @@ func (n *Node) clusterNow(own time.Time) (time.Time, bool) {
 	if since := n.ledSince.Load(); since != 0 {
 		led = time.Since(time.Unix(0, since))
 	}
-	est, quorum := clockQuorum(n.clocks.byID(others, time.Now(), n.cfg.clockTTL), len(others), led, n.cfg.clockTTL)
+	now := time.Now()
+	members := n.gossip.snapshot()
+	awaited := 0
+	for _, id := range others {
+		m, seen := members[id]
+		gone := seen && (m.State == MemberDead || m.State == MemberLeft)
+		if !gone || len(n.clocks.byID([]string{id}, now, n.cfg.clockTTL)) > 0 {
+			awaited++
+		}
+	}
+	est, quorum := clockQuorum(n.clocks.byID(others, now, n.cfg.clockTTL), awaited, led, n.cfg.clockTTL)
 	return clusterTime(own, est, quorum)
 }
 
 // clockQuorum is which clocks count in the cluster's time and how many of
 // them must agree: fresh holds the aged reports of the other voters heard
-// from within ttl, of others in all; led is how long this node has led. A
-// voter not heard from counts as present (its clock is awaited) until this
-// node has led for ttl; after that it is absent, and the quorum is a
-// majority of this node and the voters present.
+// from within ttl, of others in all (less the ones gossip shows dead or
+// left that have not reported: absent at once); led is how long this node
+// has led. A voter not heard from counts as present (its clock is awaited)
+// until this node has led for ttl; after that it is absent, and the quorum
+// is a majority of this node and the voters present.
 func clockQuorum(fresh []time.Time, others int, led, ttl time.Duration) ([]time.Time, int) {
 	present := 1 + others
 	if led >= ttl {
@@ -155,7 +166,9 @@ func clockQuorum(fresh []time.Time, others int, led, ttl time.Duration) ([]time.
 const clockPollEvery = 2 * time.Second
 
 // clockPollTargets are the voters (other than self) whose latest report is
-// older than every at now: the ones the leader asks for their Status.
+// older than every at now: the ones the leader asks for their Status. (The
+// leader asks every voter at least every protocolPollEvery as well, for its
+// protocol range: pollClocks.)
 func clockPollTargets(voters []string, self string, heard func(string) time.Time, now time.Time, every time.Duration) []string {
 	var out []string
 	for _, id := range voters {
@@ -207,15 +220,22 @@ func (n *Node) pollClocks(stop <-chan struct{}) {
 		}
 		own := n.ownCluster()
 		keys := map[probeKey]bool{}
-		for _, id := range clockPollTargets(voters, n.id, n.clocks.heardSince, time.Now(), clockPollEvery) {
+		heard := func(id string) time.Time {
+			if t := n.protocols.provenAt(id); t.Before(time.Now().Add(-protocolPollEvery)) {
+				return time.Time{} // its range is due: ask it whatever it reported since
+			}
+			return n.clocks.heardSince(id)
+		}
+		for _, id := range clockPollTargets(voters, n.id, heard, time.Now(), clockPollEvery) {
 			if addr := n.grpcAddrOf(id); addr != "" {
 				keys[probeKey{id, addr}] = true
 			}
 		}
 		for k, a := range n.probeAll(keys) {
-			if a.err != nil {
+			if a.err != nil || a.st.ID != k.id || a.st.ClusterID != own {
 				continue
 			}
+			n.protocols.prove(k.id, a.st.Protocols.orLegacy())
 			if s, ok := statusClock(k.id, own, a.st, n.clock.Now(), time.Now()); ok {
 				n.clocks.observe(k.id, s)
 			}

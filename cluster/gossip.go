@@ -41,6 +41,10 @@ type meta struct {
 	PMax int `json:"px,omitempty"`
 	// Revision is the node's build revision, short (Version names the release).
 	Revision string `json:"rv,omitempty"`
+	// Layout is its cluster's layout (Layout.String), once known: a node
+	// that could never claim under it says so before it is added (a hint;
+	// the leader decides on the authenticated Status, canTakePart).
+	Layout string `json:"ly,omitempty"`
 }
 
 // protocols is the range the member advertises (legacy when none).

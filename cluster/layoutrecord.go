@@ -114,5 +114,6 @@ func (n *Node) trackLayout() {
 		return
 	}
 	n.recorded.Store(&l)
+	n.gossip.updateMeta(func(m *meta) { m.Layout = l.String() })
 	n.logger.Info("cluster layout", "layout", l.String())
 }

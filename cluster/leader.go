@@ -129,7 +129,7 @@ func (n *Node) leaderLoop(stop chan struct{}) {
 	for {
 		n.reconcile()
 		n.fenceForeign()
-		if n.leaderClockIsOutlier() {
+		if n.leaderClockIsOutlier() || n.leaderProtocolIsOdd() {
 			return
 		}
 		// A member whose probe failed is asked again when its backoff ends,
@@ -415,6 +415,23 @@ func (n *Node) inStepVoter(ct time.Time) (raft.ServerID, raft.ServerAddress, boo
 		}
 	}
 	return best.ID, best.Address, bestSkew >= 0
+}
+
+// leaderProtocolIsOdd hands leadership away when this leader shares no
+// protocol version with the other servers (protocolOdd): they refuse every
+// answer it gives, so while it leads nobody gets room. It returns true when
+// leadership was handed off.
+func (n *Node) leaderProtocolIsOdd() bool {
+	why := n.protocolOdd()
+	if why == "" {
+		return false
+	}
+	n.logger.Warn("handing off leadership: " + why)
+	if err := n.rs.raft.LeadershipTransfer().Error(); err != nil {
+		n.logger.Warn("leadership transfer", "err", err)
+		return false
+	}
+	return true
 }
 
 // leaderClockIsOutlier hands leadership away when most nodes that spoke to

@@ -243,7 +243,8 @@ type Node struct {
 	leaderSeen atomic.Int64 // when a leader was last known, Unix ns
 
 	leaderState leaderState
-	clocks      clockBook // the nodes' latest clock reports, while leading
+	clocks      clockBook  // the nodes' latest clock reports, while leading
+	protocols   provenBook // the servers' proven protocol ranges, while leading
 	// ledSince is when this node last gained leadership (Unix ns, 0 while
 	// it does not lead): a voter silent for clockTTL since then is absent.
 	ledSince atomic.Int64
@@ -310,6 +311,9 @@ func Open(cfg Config) (*Node, error) {
 	if known != nil {
 		n.identity.Store(known)
 		local.ClusterID, local.Created = known.ID, known.Created
+	}
+	if recorded != nil {
+		local.Layout = recorded.String()
 	}
 	n.rs, err = openRaft(&n.cfg, id, n.fsm, n.ownCluster, logger)
 	if err != nil {
@@ -479,6 +483,9 @@ func (n *Node) Ready() (bool, string) {
 	}
 	if err := n.Conflict(); err != nil {
 		return false, err.Error()
+	}
+	if r := n.protocolOdd(); r != "" {
+		return false, r
 	}
 	g := n.gen.Load()
 	if g == nil {

@@ -264,5 +264,9 @@ func (n *Node) refuse(id, name, action string, err error) {
 		n.logger.Info(action, "id", id, "name", name, "reason", err)
 		return
 	}
+	if errors.Is(err, ErrProtocol) || errors.Is(err, errProbeNoClaim) {
+		n.logger.Warn(action+": it cannot take part in this cluster", "id", id, "name", name, "reason", err)
+		return
+	}
 	n.logger.Warn(action+": gossip alone does not make a member", "id", id, "name", name, "reason", err)
 }

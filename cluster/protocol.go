@@ -4,6 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
+	"time"
+
+	"github.com/idgen/idgen/generator"
 )
 
 // Protocol versions (cluster/DESIGN.md, "Protocol versions"). What nodes say
@@ -71,9 +75,11 @@ func (r ProtocolRange) intersect(o ProtocolRange) (ProtocolRange, bool) {
 	return out, out.Min <= out.Max
 }
 
-// versionOf is the version a message says it is written in (0: version 1).
+// versionOf is the version a message says it is written in (0, from a
+// release that writes none: version 1; a negative one stays what it is, and
+// no node speaks it).
 func versionOf(v int) int {
-	if v <= 0 {
+	if v == 0 {
 		return 1
 	}
 	return v
@@ -89,8 +95,9 @@ func checkMessageVersion(what, from string, v int, own ProtocolRange) error {
 		return fmt.Errorf("%w: %s from %s is written in protocol %d, this node speaks %s; upgrade this node to a release "+
 			"that speaks %d (or roll %s back); nothing was applied", ErrProtocol, what, from, v, own, v, from)
 	case v < own.Min:
-		return fmt.Errorf("%w: %s from %s is written in protocol %d, this node speaks %s; upgrade %s to a release "+
-			"that speaks %d (this one's release notes name it); nothing was applied", ErrProtocol, what, from, v, own, from, own.Min)
+		return fmt.Errorf("%w: %s from %s is written in protocol %d, this node speaks %s; if this node was rolled "+
+			"forward past what its cluster speaks, roll it back; else upgrade %s to a release that speaks %d; nothing was applied",
+			ErrProtocol, what, from, v, own, from, own.Min)
 	}
 	return nil
 }
@@ -132,37 +139,121 @@ func writable(t commandType, running int) error {
 	return nil
 }
 
+// protocolPollEvery is how often the leader asks every voter for its
+// Status (pollClocks), whatever else it heard from it: the ranges the
+// leader decides by are the ones the voters proved over the authenticated
+// transport, not what gossip says of them.
+const protocolPollEvery = 10 * time.Second
+
+// provenBook keeps each server's protocol range as its own authenticated
+// Status last said it (the leader's clock polls).
+type provenBook struct {
+	mu sync.Mutex
+	by map[string]provenRange
+}
+
+type provenRange struct {
+	r  ProtocolRange
+	at time.Time
+}
+
+func (b *provenBook) prove(id string, r ProtocolRange) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.by == nil {
+		b.by = map[string]provenRange{}
+	}
+	b.by[id] = provenRange{r, time.Now()}
+}
+
+// provenAt is when id last proved its range (zero: never).
+func (b *provenBook) provenAt(id string) time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.by[id].at
+}
+
+// get is id's proven range, if it proved one within a minute.
+func (b *provenBook) get(id string) (ProtocolRange, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p, ok := b.by[id]
+	return p.r, ok && time.Since(p.at) < time.Minute
+}
+
 // clusterProtocol is the protocol this node's cluster runs as it sees it:
 // common is what every server of its Raft configuration speaks (this node's
 // own range, and each other's as gossip shows it; a server gossip has never
 // shown counts as version 1), running the highest of it. ok is false when
 // the servers share no version; messages then go in this node's highest.
-// Gossip is only a hint here: it decides what this node writes, never what
-// it accepts (a receiver checks every message's own version).
+// A leader takes each server's range from the server's own authenticated
+// Status (pollClocks, at least every protocolPollEvery), so that what it
+// writes and whom it adds never rest on gossip, which anyone with the gossip
+// key can forge; a follower, which only labels its forwards with the
+// version, takes gossip's. A receiver checks every message's own version.
 func (n *Node) clusterProtocol() (common ProtocolRange, running int, ok bool) {
 	own := n.cfg.protocols
-	f := n.rs.raft.GetConfiguration()
-	if f.Error() != nil {
+	others, shared, any := n.othersProtocol()
+	if !any {
 		return own, own.Max, true
 	}
+	if !shared {
+		return own, own.Max, false
+	}
+	c, ok := own.intersect(others)
+	if !ok {
+		return own, own.Max, false
+	}
+	return c, c.Max, true
+}
+
+// othersProtocol is what every other server of this node's Raft
+// configuration speaks (ranges as clusterProtocol takes them): shared is
+// false when they share no version among themselves, any when there is no
+// other server.
+func (n *Node) othersProtocol() (common ProtocolRange, shared, any bool) {
+	f := n.rs.raft.GetConfiguration()
+	if f.Error() != nil {
+		return ProtocolRange{}, false, false
+	}
 	members := n.gossip.snapshot()
-	common = own
+	common = ProtocolRange{1, int(^uint(0) >> 1)}
 	for _, s := range f.Configuration().Servers {
 		id := string(s.ID)
 		if id == n.id {
 			continue
 		}
+		any = true
 		r := legacyProtocols
-		if m, seen := members[id]; seen && m.Parsed {
+		if pr, ok := n.protocols.get(id); ok {
+			r = pr // proven over the authenticated transport (a leader's polls)
+		} else if m, seen := members[id]; seen && m.Parsed {
 			r = m.Meta.protocols()
 		}
-		c, shared := common.intersect(r)
-		if !shared {
-			return common, own.Max, false
+		c, ok := common.intersect(r)
+		if !ok {
+			return common, false, true
 		}
 		common = c
 	}
-	return common, common.Max, true
+	return common, true, any
+}
+
+// protocolOdd says why this node shares no protocol version with the
+// other servers of its cluster, which share one among themselves ("" when
+// it does): it was rolled forward (or back) past what they speak. Such a
+// node is not ready, and hands leadership off if it leads: its followers
+// would refuse every forward it answers and grant nothing.
+func (n *Node) protocolOdd() string {
+	others, shared, any := n.othersProtocol()
+	if !any || !shared {
+		return ""
+	}
+	if _, ok := n.cfg.protocols.intersect(others); ok {
+		return ""
+	}
+	return fmt.Sprintf("protocol mismatch: this node speaks protocol %s and the other servers of its cluster speak %s; "+
+		"roll this node back to the release it ran before (or roll the others forward one release at a time)", n.cfg.protocols, others)
 }
 
 // shortRevision is the first 12 characters of a VCS revision (and its
@@ -190,6 +281,12 @@ func (n *Node) joinBlocked() string {
 		}
 		if err := joinProtocol(own, m.Meta.protocols()); err != nil {
 			return fmt.Sprintf("the cluster %s that member %s belongs to will not add this node: %v", m.Meta.ClusterID, m.Meta.Name, err)
+		}
+		if l, err := generator.ParseLayout(m.Meta.Layout); err == nil {
+			dc := n.cfg.Datacenter
+			if err := canTakePart(Status{ConfiguredLayout: n.cfg.Layout, Datacenter: &dc}, &l); err != nil {
+				return fmt.Sprintf("layout mismatch: the cluster %s that member %s belongs to will not add this node: %v", m.Meta.ClusterID, m.Meta.Name, err)
+			}
 		}
 	}
 	return ""

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/idgen/idgen/generator"
 	"github.com/idgen/idgen/scripts/harness"
 )
@@ -79,6 +81,10 @@ func TestMessagesOfAnUnspokenVersionAreRefused(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("refusal %q does not say %q", err, want)
 		}
+	}
+	c.Protocol = -5
+	if err := forwardCheck(in, c, nil); !errors.Is(err, ErrProtocol) {
+		t.Errorf("forward of protocol -5: %v, want ErrProtocol", err)
 	}
 	c.Protocol = 1
 	in.Speaks = ProtocolRange{2, 3} // a later release that dropped version 1
@@ -349,5 +355,41 @@ func TestClaimAnswerWithoutATenureIsNoClaim(t *testing.T) {
 	defer cancel()
 	if tn, err := a.awaitTenure(ctx, 0); err == nil || !errors.Is(err, errTenureNotHeld) {
 		t.Fatalf("awaitTenure(0) = %+v, %v; want errTenureNotHeld", tn, err)
+	}
+}
+
+// TestVoterRolledPastTheClusterHandsOff: a voter restarted on a build that
+// shares no protocol version with the other servers (rolled forward too
+// far) stays a voter, but it is not ready, says to roll it back, and when it
+// wins an election it hands leadership off: its followers refuse every
+// answer it gives, and while it led nobody else got room.
+func TestVoterRolledPastTheClusterHandsOff(t *testing.T) {
+	tc := startThree(t)
+	tc.stop("c")
+	tc.specs["c"].cfg.protocols = ProtocolRange{ProtocolMax + 1, ProtocolMax + 1}
+	c := tc.start("c")
+	harness.WaitFor(t, 20*time.Second, "c to say it shares no protocol", func() bool {
+		_, reason := c.Ready()
+		return strings.Contains(reason, "protocol mismatch") && strings.Contains(reason, "roll this node back")
+	})
+	var leader *Node
+	harness.WaitFor(t, 20*time.Second, "a leader among a and b", func() bool {
+		for _, name := range []string{"a", "b"} {
+			if n := tc.node(name); n.rs.raft.State() == raft.Leader {
+				leader = n
+			}
+		}
+		return leader != nil
+	})
+	if err := leader.rs.raft.LeadershipTransferToServer(raft.ServerID(c.ID()), raft.ServerAddress(tc.specs["c"].cfg.RaftAddr)).Error(); err != nil {
+		t.Logf("transfer to c: %v", err)
+	}
+	harness.WaitFor(t, 20*time.Second, "a or b to lead again", func() bool {
+		return c.rs.raft.State() != raft.Leader &&
+			(tc.node("a").rs.raft.State() == raft.Leader || tc.node("b").rs.raft.State() == raft.Leader)
+	})
+	for _, name := range []string{"a", "b"} {
+		waitReady(t, tc.node(name))
+		tc.issue(tc.node(name), 100)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
+	"github.com/idgen/idgen/rpc/idclient"
 )
 
 // protocolText is a protocol range as idctl prints it; a node of a release
@@ -52,8 +53,20 @@ func bindSafeToStop(fs *flag.FlagSet) runner {
 		deadline := time.Now().Add(*wait)
 		for {
 			v, err := judgeStop(ctx, g, args[0])
-			if err != nil {
+			var ue usageError
+			if err != nil && (errors.As(err, &ue) || !time.Now().Add(time.Second).Before(deadline)) {
 				return err
+			}
+			if err != nil {
+				// No target address answered (the node just restarted may be
+				// the first of them): ask again while --wait lasts.
+				fmt.Fprintf(e.stderr, "idctl safe-to-stop: %v; asking again\n", err)
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(time.Second):
+				}
+				continue
 			}
 			if v.Safe || !time.Now().Add(time.Second).Before(deadline) {
 				if perr := printVerdict(g, e, v); perr != nil {
@@ -112,11 +125,24 @@ func versionText(version, revision string) string {
 // server answers ready (none is starting, restarting or cut off), and the
 // voters that stay ready without it are a quorum of all voters.
 func judgeStop(ctx context.Context, g globals, node string) (stopVerdict, error) {
-	ms, err := callAdmin(ctx, g, func(ctx context.Context, c idgenv1.ClusterServiceClient) (*idgenv1.MembersResponse, error) {
-		return c.Members(ctx, &idgenv1.MembersRequest{})
-	})
+	addrs, err := idclient.TargetAddrs(ctx, g.target)
 	if err != nil {
-		return stopVerdict{}, err
+		return stopVerdict{}, usagef("%v", err)
+	}
+	// The members list from the first target address that answers: the
+	// node just restarted, or the one to stop, may be the first.
+	var ms *idgenv1.MembersResponse
+	for _, a := range addrs {
+		ga := g
+		ga.target = a
+		if ms, err = callAdmin(ctx, ga, func(ctx context.Context, c idgenv1.ClusterServiceClient) (*idgenv1.MembersResponse, error) {
+			return c.Members(ctx, &idgenv1.MembersRequest{})
+		}); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		return stopVerdict{}, fmt.Errorf("no target address answered: %s", describe(err))
 	}
 	v := stopVerdict{Node: node, Members: []stopNode{}}
 	var target *idgenv1.Member
@@ -170,7 +196,9 @@ func judgeStop(ctx context.Context, g globals, node string) (stopVerdict, error)
 			if sn.Ready && isVoter {
 				readyVoters++
 			}
-			if !sn.Ready {
+			// A voter not ready may be restarting; a non-voter (a standby,
+			// a node not yet promoted) serves nobody's quorum.
+			if !sn.Ready && isVoter {
 				notReady = append(notReady, fmt.Sprintf("%s is not ready (%s)", orDash(sn.Name), sn.Reason))
 			}
 		}
@@ -179,7 +207,8 @@ func judgeStop(ctx context.Context, g globals, node string) (stopVerdict, error)
 	quorum := voters/2 + 1
 	switch {
 	case len(notReady) > 0:
-		v.Why = fmt.Sprintf("another server is not serving: %s; wait for it (a node restarting takes seconds), then ask again", notReady[0])
+		v.Why = fmt.Sprintf("another voter is not serving: %s; wait for it (a node restarting takes seconds), then ask again; "+
+			"one that stays not ready for another reason must be fixed, or removed (idctl remove), first", notReady[0])
 	case readyVoters < quorum:
 		v.Why = fmt.Sprintf("only %d of %d voters would stay ready, a quorum needs %d", readyVoters, voters, quorum)
 	default:

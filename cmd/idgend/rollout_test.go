@@ -74,9 +74,10 @@ func TestRolloutView(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "NOT safe to stop n2") || !strings.Contains(out, "n3") {
 		t.Errorf("safe-to-stop n2 with n3 down: exit %d, want 1 naming n3\n%s\n%s", code, out, errOut)
 	}
-	// --wait: safe again once n3 is back and ready.
+	// --wait: safe again once n3 is back and ready, even with n3, down
+	// meanwhile, the first address of the target.
 	nodes[2].start()
-	if out, errOut, code := idctl(t, "--target", nodes[0].grpc, "--timeout", "2s", "safe-to-stop", "n2", "--wait", harness.Scale(60*time.Second).String()); code != 0 {
+	if out, errOut, code := idctl(t, "--target", targetOf(nodes[2], nodes[0], nodes[1]), "--timeout", "2s", "safe-to-stop", "n2", "--wait", harness.Scale(60*time.Second).String()); code != 0 {
 		t.Errorf("safe-to-stop n2 --wait after n3's restart: exit %d\n%s\n%s", code, out, errOut)
 	}
 }
