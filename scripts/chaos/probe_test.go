@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idgen/idgen/rpc/idclient"
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 // A probe draws through the client library for the whole run, as a
@@ -46,32 +47,17 @@ func (p *probe) record(at time.Time, took time.Duration, err error) {
 	}
 }
 
-// pace calls draw perSecond times a second, a millisecond's share at a time,
-// until ctx ends.
+// pace calls draw perSecond times a second until ctx ends (harness.Pace),
+// each within 5 s, and records every call that did not end with ctx.
 func (p *probe) pace(ctx context.Context, perSecond int, draw func(context.Context) error) {
-	start := time.Now()
-	owed := 0.0
-	for step := 1; ctx.Err() == nil; step++ {
-		if w := time.Until(start.Add(time.Duration(step) * time.Millisecond)); w > 0 {
-			t := time.NewTimer(w)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return
-			}
+	harness.Pace(ctx, perSecond, 5*time.Second, func(cctx context.Context) {
+		t0 := time.Now()
+		err := draw(cctx)
+		if ctx.Err() != nil {
+			return
 		}
-		for owed += float64(perSecond) / 1000; owed >= 1; owed-- {
-			t0 := time.Now()
-			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err := draw(cctx)
-			cancel()
-			if ctx.Err() != nil {
-				return
-			}
-			p.record(t0, time.Since(t0), err)
-		}
-	}
+		p.record(t0, time.Since(t0), err)
+	})
 }
 
 // probes are a Pool and a raw-call probe over every node of c.

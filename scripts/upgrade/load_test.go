@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idgen/idgen/rpc/idclient"
+	"github.com/idgen/idgen/scripts/harness"
 )
 
 // The load the cluster carries for the whole roll: a Pool (what shorteners
@@ -196,30 +197,10 @@ func startLoad(targets string) (*load, error) {
 	return l, nil
 }
 
-// pace calls draw perSecond times a second, a millisecond's share at a
-// time, until ctx ends (as the chaos run's probes do): a draw that stalls
-// delays the ones behind it, which then run at once. Each draw gets its own
-// drawLimit deadline; one cut short by the end of ctx is not recorded (the
-// draw funcs above check it).
+// pace is harness.Pace with each draw bounded by drawLimit; a draw cut
+// short by the end of ctx is not recorded (the draw funcs above check it).
 func pace(ctx context.Context, perSecond int, draw func(context.Context)) {
-	start := time.Now()
-	owed := 0.0
-	for step := 1; ctx.Err() == nil; step++ {
-		if w := time.Until(start.Add(time.Duration(step) * time.Millisecond)); w > 0 {
-			t := time.NewTimer(w)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return
-			}
-		}
-		for owed += float64(perSecond) / 1000; owed >= 1 && ctx.Err() == nil; owed-- {
-			dctx, cancel := context.WithTimeout(ctx, drawLimit)
-			draw(dctx)
-			cancel()
-		}
-	}
+	harness.Pace(ctx, perSecond, drawLimit, draw)
 }
 
 // duplicates counts IDs drawn more than once (each extra copy counts) and
