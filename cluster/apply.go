@@ -156,8 +156,7 @@ func (n *Node) raftApply(ctx context.Context, c command) (result, uint64, error)
 			return result{}, 0, fmt.Errorf("raft apply %s: %w", c.Type, err)
 		}
 	}
-	_, running, _ := n.clusterProtocol()
-	if err := writable(c.Type, running); err != nil {
+	if err := writable(c.Type, max(n.writeProtocol(), 1)); err != nil {
 		return result{}, 0, err
 	}
 	data, err := encodeCommand(c)

@@ -207,6 +207,34 @@ func (n *Node) clusterProtocol() (common ProtocolRange, running int, ok bool) {
 	return c, c.Max, true
 }
 
+// writeProtocol is the version a leader may write entries of: the highest
+// that every server has proved over the authenticated transport that it
+// speaks (a server that has not proved its range yet, in a new leader's
+// first seconds, counts as version 1). Never gossip: a forged range must
+// not let a leader write what a replica stops on.
+func (n *Node) writeProtocol() int {
+	f := n.rs.raft.GetConfiguration()
+	if f.Error() != nil {
+		return ProtocolMin
+	}
+	common := n.cfg.protocols
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == n.id {
+			continue
+		}
+		r, ok := n.protocols.get(string(s.ID))
+		if !ok {
+			r = legacyProtocols
+		}
+		c, shared := common.intersect(r)
+		if !shared {
+			return 0 // no version every server reads: write nothing new
+		}
+		common = c
+	}
+	return common.Max
+}
+
 // othersProtocol is what every other server of this node's Raft
 // configuration speaks (ranges as clusterProtocol takes them): shared is
 // false when they share no version among themselves, any when there is no
