@@ -486,50 +486,51 @@ func (n *Node) fenceForeign() {
 				"are not comparable with this cluster's", "other_cluster", f.foreign, "other_layout", f.layout.String(), "own_layout", layout.String())
 			continue
 		}
-		var (
-			valid, below bool
-			holder       string
-			tenure       uint64
-		)
-		n.fsm.view(func(s *state) {
-			valid = s.Layout != nil && f.slot < len(s.Slots) && f.upTo <= s.Layout.MaxTimestamp()
-			if !valid {
-				return
-			}
-			sl := s.Slots[f.slot]
-			below = sl.HighWater < f.upTo
-			if t := s.tenure(f.slot, sl.Tenure); sl.Owner != "" && t != nil && t.Floor < f.upTo {
-				holder, tenure = sl.Owner, sl.Tenure
-			}
-		})
-		if !valid {
-			continue
-		}
-		if holder != "" && !below {
-			// (A Fence above highWater ends the tenure itself.)
+		var cmds []command
+		n.fsm.view(func(s *state) { cmds = fenceCommands(s, f, own) })
+		for _, c := range cmds {
 			ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
-			_, _, err := n.raftApply(ctx, command{Type: cmdRelease, NodeID: holder, Tenure: tenure, ClusterID: own})
+			_, _, err := n.raftApply(ctx, c)
 			cancel()
-			if err != nil && !errors.Is(err, ErrNotOwner) {
-				n.logger.Warn("end a tenure that another cluster's window overlaps", "slot", f.slot, "holder", holder, "tenure", tenure, "err", err)
-				continue
+			switch {
+			case c.Type == cmdRelease && err == nil:
+				n.logger.Warn("ended a tenure that another cluster's window overlaps: the holder claims again above it",
+					"slot", f.slot, "holder", c.NodeID, "tenure", c.Tenure, "other_window_up_to", f.upTo, "other_cluster", f.foreign)
+			case c.Type == cmdRelease && !errors.Is(err, ErrNotOwner):
+				n.logger.Warn("end a tenure that another cluster's window overlaps", "slot", f.slot, "holder", c.NodeID, "tenure", c.Tenure, "err", err)
+			case c.Type == cmdRelease:
+				// Not owner: the tenure ended meanwhile; its successor's
+				// floor is the slot's highWater, above the window.
+			case err != nil:
+				n.logger.Warn("fence a window of another cluster", "slot", f.slot, "up_to", f.upTo, "other_cluster", f.foreign, "err", err)
+			case c.Type == cmdFence:
+				n.logger.Warn("fenced a window another cluster held: the slot's next tenure starts above it",
+					"slot", f.slot, "up_to", f.upTo, "other_cluster", f.foreign)
 			}
-			n.logger.Warn("ended a tenure that another cluster's window overlaps: the holder claims again above it",
-				"slot", f.slot, "holder", holder, "tenure", tenure, "other_window_up_to", f.upTo, "other_cluster", f.foreign)
 		}
-		if !below {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
-		_, _, err := n.raftApply(ctx, command{Type: cmdFence, Slot: f.slot, UpTo: f.upTo, Foreign: f.foreign, ClusterID: own})
-		cancel()
-		if err != nil {
-			n.logger.Warn("fence a window of another cluster", "slot", f.slot, "up_to", f.upTo, "other_cluster", f.foreign, "err", err)
-			continue
-		}
-		n.logger.Warn("fenced a window another cluster held: the slot's next tenure starts above it",
-			"slot", f.slot, "up_to", f.upTo, "other_cluster", f.foreign)
 	}
+}
+
+// fenceCommands is fenceForeign's decision on one proven foreign window f
+// over this leader's state s (only read): the entries that close it off.
+// A current tenure whose floor lies below the window's end is ended (a
+// Release in its holder's name) when the slot's highWater already reaches
+// past it; a highWater below it is raised (a Fence, which ends a held
+// tenure itself). A window outside the layout, or already below every
+// current tenure and highWater, needs nothing. A pure function: the node
+// carries its entries out in order.
+func fenceCommands(s *state, f foreignFence, own string) []command {
+	if s.Layout == nil || f.otherLayout || f.slot < 0 || f.slot >= len(s.Slots) || f.upTo < 0 || f.upTo > s.Layout.MaxTimestamp() {
+		return nil
+	}
+	sl := s.Slots[f.slot]
+	if sl.HighWater < f.upTo {
+		return []command{{Type: cmdFence, Slot: f.slot, UpTo: f.upTo, Foreign: f.foreign, ClusterID: own}}
+	}
+	if t := s.tenure(f.slot, sl.Tenure); sl.Owner != "" && t != nil && t.Floor < f.upTo {
+		return []command{{Type: cmdRelease, NodeID: sl.Owner, Tenure: sl.Tenure, ClusterID: own}}
+	}
+	return nil
 }
 
 // foreignFence is the largest window proven on one slot by another

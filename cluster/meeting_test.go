@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -283,4 +284,46 @@ func TestMeetingFencesEverySlotTheOtherLogGranted(t *testing.T) {
 	})
 	waitReady(t, a)
 	tc.issue(a, 2048)
+}
+
+// TestFenceCommands: the fence's decision, slot by slot, over a state with
+// slot 0 held (floor 10, highWater 40) and slot 1 free (highWater 40).
+func TestFenceCommands(t *testing.T) {
+	s := newState()
+	l := generator.DefaultLayout()
+	mustApply := func(c command, index uint64) {
+		t.Helper()
+		if err, ok := s.apply(c, index).(error); ok {
+			t.Fatalf("apply %s: %v", c.Type, err)
+		}
+	}
+	mustApply(command{Type: cmdInit, Layout: &l, ClusterID: "c1", Start: 10}, 1)
+	mustApply(command{Type: cmdClaim, Node: &NodeInfo{ID: "n1", Datacenter: -1}}, 2)
+	mustApply(command{Type: cmdReserve, NodeID: "n1", Slot: 0, Tenure: 2, UpTo: 40}, 3)
+	mustApply(command{Type: cmdFence, Slot: 1, UpTo: 40, Foreign: "x"}, 4)
+	for _, tc := range []struct {
+		name string
+		f    foreignFence
+		want []commandType
+	}{
+		{"held, window inside the holder's: end the tenure", foreignFence{slot: 0, upTo: 25, foreign: "x"}, []commandType{cmdRelease}},
+		{"held, window above highWater: fence (ends it too)", foreignFence{slot: 0, upTo: 50, foreign: "x"}, []commandType{cmdFence}},
+		{"held, window below the tenure's floor: nothing", foreignFence{slot: 0, upTo: 9, foreign: "x"}, nil},
+		{"free, window below highWater: nothing", foreignFence{slot: 1, upTo: 30, foreign: "x"}, nil},
+		{"free, window above: fence", foreignFence{slot: 1, upTo: 41, foreign: "x"}, []commandType{cmdFence}},
+		{"another layout: nothing", foreignFence{slot: 0, upTo: 50, foreign: "x", otherLayout: true}, nil},
+		{"past the layout's end: nothing", foreignFence{slot: 0, upTo: l.MaxTimestamp() + 1, foreign: "x"}, nil},
+		{"no such slot: nothing", foreignFence{slot: len(s.Slots), upTo: 50, foreign: "x"}, nil},
+	} {
+		var got []commandType
+		for _, c := range fenceCommands(s, tc.f, "c1") {
+			if err := c.validate(); err != nil {
+				t.Errorf("%s: %s is not a valid command: %v", tc.name, c.Type, err)
+			}
+			got = append(got, c.Type)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }
