@@ -265,6 +265,9 @@ type Node struct {
 	peerLog    *door.RateLog
 	notReady   *door.RateLog
 	lastReason string // housekeeping's last logged reason kind
+	// odd is protocolOdd as housekeeping last found it (every second), so
+	// that Ready, on every call's path, reads no Raft configuration.
+	odd atomic.Pointer[string]
 }
 
 // Open starts a node: it opens the data dir, Raft and gossip, and starts the
@@ -403,6 +406,8 @@ func (n *Node) housekeeping() {
 		}
 		n.leaderKnown() // keeps leaderSeen fresh between readiness checks
 		n.checkConflict()
+		odd := n.protocolOdd() // off the serving path: Ready reads it
+		n.odd.Store(&odd)
 		n.logReadiness()
 		member := n.inRaftConfig(n.id)
 		skewMS := n.skew.Load() / int64(time.Millisecond)
@@ -484,8 +489,8 @@ func (n *Node) Ready() (bool, string) {
 	if err := n.Conflict(); err != nil {
 		return false, err.Error()
 	}
-	if r := n.protocolOdd(); r != "" {
-		return false, r
+	if r := n.odd.Load(); r != nil && *r != "" {
+		return false, *r
 	}
 	g := n.gen.Load()
 	if g == nil {
