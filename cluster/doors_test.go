@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 
+	"github.com/idgen/idgen/cluster/door"
 	"github.com/idgen/idgen/rpc/tlsconf"
 	"github.com/idgen/idgen/scripts/harness"
 )
@@ -46,23 +49,134 @@ func raftPeerTLS(t *testing.T) *tls.Config {
 // the cluster would, over a new transport and so a new connection.
 func probeRaft(t *testing.T, addr string, peer *tls.Config, clusterID string) uint64 {
 	t.Helper()
-	cfg := &Config{RaftAddr: fmt.Sprintf("127.0.0.1:%d", harness.NextPort(t)), RaftTLS: peer}
-	adv, _ := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
-	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	trans, err := raftTransport(cfg, adv, func() string { return clusterID }, hclog.NewNullLogger(), quiet)
+	resp, err := sendAppend(t, addr, peer, clusterID, 0)
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer trans.Close()
-	var resp raft.AppendEntriesResponse
-	req := &raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("probe"), Addr: []byte(cfg.RaftAddr)}}
-	if err := trans.AppendEntries("target", raft.ServerAddress(addr), req, &resp); err != nil {
 		t.Fatalf("an authenticated Raft RPC to %s: %v", addr, err)
 	}
 	if resp.Term == 0 || resp.Success {
 		t.Fatalf("term-0 AppendEntries answered %+v, want refused with the server's term", resp)
 	}
 	return resp.Term
+}
+
+// sendAppend sends one empty AppendEntries of the given term to addr, with
+// a server certificate and a greeting naming clusterID, over a new
+// transport and so a new connection.
+func sendAppend(t *testing.T, addr string, peer *tls.Config, clusterID string, term uint64) (*raft.AppendEntriesResponse, error) {
+	t.Helper()
+	cfg := &Config{RaftAddr: fmt.Sprintf("127.0.0.1:%d", harness.NextPort(t)), RaftTLS: peer}
+	adv, _ := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	trans, err := raftTransport(cfg, adv, raftGreeter{own: func() string { return clusterID }}, hclog.NewNullLogger(), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer trans.Close()
+	var resp raft.AppendEntriesResponse
+	req := &raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("probe"), Addr: []byte(cfg.RaftAddr)},
+		Term: term, Leader: []byte(cfg.RaftAddr)}
+	if err := trans.AppendEntries("target", raft.ServerAddress(addr), req, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// TestRaftGreetingNamesTheExactCluster attacks a TLS cluster's Raft port
+// with a server certificate of its CA (as a server of another cluster of
+// the deployment holds): an AppendEntries of a far higher term, greeted
+// with no cluster ID or with another cluster's, is refused on every node,
+// and no node's term moves; the cluster keeps issuing. (An empty greeting
+// used to match any cluster: forged AppendEntries deposed the leader.)
+func TestRaftGreetingNamesTheExactCluster(t *testing.T) {
+	peer := raftPeerTLS(t)
+	tc := startThree(t, func(c *Config) { c.RaftTLS = peer })
+	a := tc.node("a")
+	clusterID := a.Status().ClusterID
+	tc.issue(a, 100)
+	terms := map[string]string{}
+	for _, name := range []string{"a", "b", "c"} {
+		terms[name] = tc.node(name).rs.raft.Stats()["term"]
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		addr := tc.specs[name].cfg.RaftAddr
+		for _, greet := range []string{"", "0123456789abcdef0123456789abcdef"} {
+			resp, err := sendAppend(t, addr, peer, greet, 1000)
+			if err == nil {
+				t.Errorf("%s took an AppendEntries of term 1000 greeted with cluster %q (its own is %s): %+v", name, greet, clusterID, resp)
+			}
+		}
+		// The node's own cluster still gets in.
+		probeRaft(t, addr, peer, clusterID)
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		if now := tc.node(name).rs.raft.Stats()["term"]; now != terms[name] {
+			t.Errorf("%s's term went %s -> %s under refused greetings", name, terms[name], now)
+		}
+	}
+	tc.issue(a, 100)
+	tc.checkContainment()
+}
+
+// TestRaftGreetingAdmits is the greeting's rule: a node with a cluster
+// admits exactly its own; one with none admits the leader that adds it and
+// fellow founders, but a lone seed no other cluster's leader. Only an
+// answer given with a cluster is final.
+func TestRaftGreetingAdmits(t *testing.T) {
+	for _, c := range []struct {
+		ours, theirs string
+		alone        bool
+		ok, final    bool
+	}{
+		{"X", "X", false, true, true},
+		{"X", "", false, false, true},
+		{"X", "Y", false, false, true},
+		{"X", "", true, false, true},
+		{"", "X", false, true, false},
+		{"", "", false, true, false},
+		{"", "", true, true, false},
+		{"", "X", true, false, false},
+	} {
+		ok, final := admits(c.ours, c.theirs, c.alone)
+		if ok != c.ok || final != c.final {
+			t.Errorf("admits(ours %q, theirs %q, alone %v) = %v, %v; want %v, %v", c.ours, c.theirs, c.alone, ok, final, c.ok, c.final)
+		}
+	}
+}
+
+// TestRaftConnectionAdmittedBeforeAClusterIsCheckedAgain: a connection a
+// node without a cluster admitted (an old cluster's leader dialling a wiped
+// seed's address) is closed on its next read once the node has founded a
+// cluster of its own, and one naming that cluster goes on.
+func TestRaftConnectionAdmittedBeforeAClusterIsCheckedAgain(t *testing.T) {
+	var own atomic.Value
+	own.Store("")
+	layer := &clusterStreamLayer{greeter: raftGreeter{own: func() string { return own.Load().(string) }, alone: func() bool { return false }},
+		refusals: door.NewRateLog(slog.New(slog.NewTextHandler(io.Discard, nil)), 0)}
+	conn := func(theirs string) (*greetedConn, net.Conn) {
+		server, client := net.Pipe()
+		t.Cleanup(func() { server.Close(); client.Close() })
+		go fmt.Fprintf(client, "%s%s\nraft bytes", raftGreeting, theirs)
+		c, err := layer.checkGreeting(server)
+		if err != nil {
+			t.Fatalf("a node without a cluster refused a greeting naming %q: %v", theirs, err)
+		}
+		return c.(*greetedConn), client
+	}
+	old, _ := conn("OLD")
+	founder, _ := conn("")
+	mine, mineClient := conn("NEW")
+	own.Store("NEW")
+	buf := make([]byte, 4)
+	if _, err := old.Read(buf); !errors.Is(err, errOtherCluster) {
+		t.Errorf("a connection from cluster OLD read on after the node founded NEW: err %v", err)
+	}
+	if _, err := founder.Read(buf); !errors.Is(err, errOtherCluster) {
+		t.Errorf("a connection greeted with no cluster read on after the node founded NEW: err %v", err)
+	}
+	go mineClient.Write([]byte("more"))
+	if n, err := io.ReadFull(mine, buf); err != nil || string(buf[:n]) != "raft" {
+		t.Errorf("the connection naming the node's own cluster: read %q, %v", buf[:n], err)
+	}
 }
 
 // TestRaftPortClosesSilentConnections attacks a TLS cluster's Raft port
@@ -114,15 +228,22 @@ func garbage(n int, label string) []byte {
 	return append([]byte{244, byte(len(label))}, append([]byte(label), b...)...)
 }
 
-// TestGarbageGossipIsLoggedBounded: 5,000 junk datagrams to an encrypted
-// gossip port give a handful of log lines, not one each.
-func TestGarbageGossipIsLoggedBounded(t *testing.T) {
+// keyedNode is a one-node test cluster's spec "a", not started, whose
+// gossip is encrypted with a fresh key and carries label.
+func keyedNode(t *testing.T, label string) (*testCluster, *nodeSpec, []byte) {
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
-	const label = "doors"
 	tc := newTestCluster(t)
 	s := tc.add("a", 1)
 	s.cfg.GossipKeys, s.cfg.GossipLabel = [][]byte{key}, label
+	return tc, s, key
+}
+
+// TestGarbageGossipIsLoggedBounded: 5,000 junk datagrams to an encrypted
+// gossip port give a handful of log lines, not one each.
+func TestGarbageGossipIsLoggedBounded(t *testing.T) {
+	const label = "doors"
+	tc, s, key := keyedNode(t, label)
 	var buf syncBuffer
 	s.cfg.Logger = jsonLogger(&buf, slog.LevelInfo)
 	n := tc.start("a")
@@ -315,4 +436,70 @@ func TestNoiseKeyIgnoresAttackerDetail(t *testing.T) {
 			t.Errorf("noiseKey(%q) = %q %q, noiseKey(%q) = %q %q; want %q %q", c.a, ka, pa, c.b, kb, pb, c.kind, c.peer)
 		}
 	}
+}
+
+// TestGossipStreamIsReadToItsBudgetOnly attacks an encrypted node's gossip
+// TCP port without the key (only the label, which is public): 8 streams
+// each announce an encrypted push of 20 MiB and send junk. memberlist
+// reads such a push whole before it tries the key, so each used to make
+// the node buffer 20 MiB (8 of them: RSS 46 MB -> 826 MB; here, with
+// 4 MiB each, the heap grew by about 38 MB). Each stream is now closed once
+// it has sent its budget, the node's heap stays within a few times the
+// streams' budgets, and the node goes on issuing.
+func TestGossipStreamIsReadToItsBudgetOnly(t *testing.T) {
+	const label = "doors"
+	tc, s, _ := keyedNode(t, label)
+	n := tc.start("a")
+	waitReady(t, n)
+	tc.issue(n, 100)
+
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapInuse
+	}
+	before := heap()
+	const streams, send = 8, 4 << 20
+	header := append([]byte{244, byte(len(label))}, label...)
+	header = append(header, 10, 0x01, 0x40, 0x00, 0x00) // encryptMsg, 20 MiB to come
+	junk := make([]byte, 64<<10)
+	_, _ = rand.Read(junk)
+	sent := make([]int, streams)
+	conns := make([]net.Conn, streams)
+	var wg sync.WaitGroup
+	for i := range streams {
+		c, err := net.Dial("tcp", s.cfg.GossipAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c
+		defer c.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = c.SetWriteDeadline(time.Now().Add(harness.Scale(20 * time.Second)))
+			if _, err := c.Write(header); err != nil {
+				return
+			}
+			for sent[i] < send {
+				m, err := c.Write(junk)
+				sent[i] += m
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	// Once every sender is done (it sent 4 MiB, or the node closed its
+	// stream), the streams are still open on this side: look at what the
+	// node holds for them.
+	wg.Wait()
+	during := heap()
+	const most = 16 << 20 // 8 times the streams' budgets of 256 KiB
+	if grown := int64(during) - int64(before); grown > most {
+		t.Errorf("the heap grew by %d bytes under %d streams of junk, over %d", grown, streams, most)
+	}
+	t.Logf("heap in use: %d before, %d during; bytes the streams got in: %v", before, during, sent)
+	tc.issue(n, 100)
 }

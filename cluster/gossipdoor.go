@@ -20,6 +20,19 @@ import (
 // fallbacks of failed UDP probes, a few per node at a time.
 const gossipMaxStreams = 128
 
+// gossipStreamBudget is how many bytes one inbound gossip stream may send.
+// memberlist reads a stream's whole message before it decrypts it (and
+// takes up to 20 MiB for a push/pull), so without a budget anyone who can
+// reach the port, key or not, makes the node buffer 20 MiB per stream. A
+// stream carries one message: a push/pull of the whole member list (about
+// 700 bytes a member, with this node's metadata), a ping or a user
+// message, so 256 KiB is room for hundreds of members. Past it the stream
+// is closed, and the most the streams can hold is the cap times this.
+const gossipStreamBudget = 256 << 10
+
+// errStreamBudget: an inbound gossip stream sent more than its budget.
+var errStreamBudget = fmt.Errorf("gossip stream sent more than its budget of %d bytes", gossipStreamBudget)
+
 // cappedTransport is memberlist's own NetTransport with a cap on inbound
 // TCP streams: one past it is closed before memberlist sees it.
 type cappedTransport struct {
@@ -95,7 +108,10 @@ func (t *cappedTransport) relay() {
 				"remote", fmt.Sprint(remote), "cap", cap(t.slots))
 			continue
 		}
-		sc := &slotConn{Conn: c, free: func() { <-t.slots }}
+		sc := &slotConn{Conn: c, free: func() { <-t.slots }, budget: gossipStreamBudget, over: func() {
+			t.refused.Log(slog.LevelWarn, "budget", door.Peer(c.RemoteAddr()), "closed a gossip stream that sent more than its budget",
+				"remote", fmt.Sprint(c.RemoteAddr()), "budget_bytes", gossipStreamBudget)
+		}}
 		select {
 		case t.streams <- sc:
 		case <-t.done:
@@ -116,11 +132,31 @@ func (t *cappedTransport) Shutdown() error {
 	return err
 }
 
-// slotConn frees its stream slot on the first Close.
+// slotConn frees its stream slot on the first Close, and reads at most
+// budget bytes: past them it reports over once and fails every read.
+// memberlist reads a stream from one goroutine.
 type slotConn struct {
 	net.Conn
-	once sync.Once
-	free func()
+	once   sync.Once
+	free   func()
+	budget int
+	over   func()
+}
+
+func (c *slotConn) Read(p []byte) (int, error) {
+	if c.budget <= 0 {
+		if c.budget == 0 {
+			c.budget = -1
+			c.over()
+		}
+		return 0, errStreamBudget
+	}
+	if len(p) > c.budget {
+		p = p[:c.budget]
+	}
+	n, err := c.Conn.Read(p)
+	c.budget -= n
+	return n, err
 }
 
 func (c *slotConn) Close() error {

@@ -318,7 +318,10 @@ func Open(cfg Config) (*Node, error) {
 	if recorded != nil {
 		local.Layout = recorded.String()
 	}
-	n.rs, err = openRaft(&n.cfg, id, n.fsm, n.ownCluster, logger)
+	// A lone seed founds its own cluster: no other cluster's leader may
+	// append to it while it has none (raftGreeter.admits).
+	alone := cfg.BootstrapExpect == 1 && len(cfg.Join) == 0
+	n.rs, err = openRaft(&n.cfg, id, n.fsm, raftGreeter{own: n.ownCluster, alone: func() bool { return alone }}, logger)
 	if err != nil {
 		return nil, err
 	}

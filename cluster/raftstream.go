@@ -91,22 +91,53 @@ func (s *tcpStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration)
 
 func (s *tcpStreamLayer) secure(c net.Conn) (net.Conn, error) { return c, nil }
 
+// raftGreeter is what the greeting needs to know of its node: own is the
+// cluster ID it greets with ("" while it has none), alone whether it founds
+// a cluster of its own (a lone seed), and so takes no other cluster's log.
+type raftGreeter struct {
+	own   func() string
+	alone func() bool
+}
+
+// admits decides whether a Raft connection greeted with cluster theirs may
+// reach this node's Raft, and whether that answer is final. A node with a
+// cluster admits exactly its own cluster: an empty greeting (a node with no
+// cluster) is never let into a cluster that has one, since any server
+// certificate of the CA could send it. A node with none yet admits the
+// leader that adds it (any ID) and fellow founders (empty), but a lone seed
+// only fellow nodes without a cluster, so an old cluster's leader still
+// dialling its Raft address cannot capture it. Until the answer is final
+// (the node has a cluster) it is asked again on every read.
+func admits(ours, theirs string, alone bool) (ok, final bool) {
+	switch {
+	case ours != "":
+		return theirs == ours, true
+	case alone:
+		return theirs == "", false
+	}
+	return true, false
+}
+
 // clusterStreamLayer greets every dialled connection with this node's
 // cluster ID and hands Raft only accepted connections that finished the
-// wire's handshake and a greeting naming this cluster, within
-// raftHandshakeTimeout; the rest are closed. An empty ID (a node whose
-// cluster is not known yet, as during a first bootstrap) matches any.
+// wire's handshake and a greeting the node admits, within
+// raftHandshakeTimeout; the rest are closed. A connection admitted before
+// the node had a cluster is checked again on every read until it has one,
+// and closed if it no longer passes.
 type clusterStreamLayer struct {
 	stream   rawStream
 	gate     *door.Gate
-	cluster  func() string
+	greeter  raftGreeter
 	refusals *door.RateLog // one line per peer and kind a minute
 }
 
 var _ raft.StreamLayer = (*clusterStreamLayer)(nil)
 
-func newClusterStreamLayer(stream rawStream, cluster func() string, logger *slog.Logger) *clusterStreamLayer {
-	s := &clusterStreamLayer{stream: stream, cluster: cluster, refusals: door.NewRateLog(logger, 0)}
+func newClusterStreamLayer(stream rawStream, greeter raftGreeter, logger *slog.Logger) *clusterStreamLayer {
+	if greeter.alone == nil {
+		greeter.alone = func() bool { return false }
+	}
+	s := &clusterStreamLayer{stream: stream, greeter: greeter, refusals: door.NewRateLog(logger, 0)}
 	s.gate = door.NewGate(door.Limit(stream, raftMaxConns, s.refused), s.handshake, door.GateConfig{
 		Timeout:    raftHandshakeTimeout,
 		MaxPending: raftMaxPending,
@@ -133,7 +164,7 @@ func (s *clusterStreamLayer) Dial(address raft.ServerAddress, timeout time.Durat
 		return nil, err
 	}
 	_ = c.SetWriteDeadline(time.Now().Add(timeout))
-	if _, err := fmt.Fprintf(c, "%s%s\n", raftGreeting, s.cluster()); err != nil {
+	if _, err := fmt.Fprintf(c, "%s%s\n", raftGreeting, s.greeter.own()); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("raft greeting to %s: %w", address, err)
 	}
@@ -170,18 +201,26 @@ func (s *clusterStreamLayer) checkGreeting(c net.Conn) (net.Conn, error) {
 	if !ok || len(line) > maxGreetingLine {
 		return nil, fmt.Errorf("%w: %s %w", errOtherCluster, c.RemoteAddr(), errNoGreeting)
 	}
-	ours := s.cluster()
-	if theirs == "" || ours == "" || theirs == ours {
-		return &greetedConn{Conn: c, r: r}, nil
+	g := &greetedConn{Conn: c, r: r, theirs: theirs, layer: s}
+	if err := g.check(); err != nil {
+		return nil, err
 	}
-	return nil, &otherClusterError{remote: c.RemoteAddr().String(), theirs: theirs, ours: ours}
+	return g, nil
 }
 
 // otherClusterError is a greeting that names another cluster.
 type otherClusterError struct{ remote, theirs, ours string }
 
 func (e *otherClusterError) Error() string {
-	return fmt.Sprintf("%v: %s belongs to cluster %s, this node to %s", errOtherCluster, e.remote, e.theirs, e.ours)
+	return fmt.Sprintf("%v: %s belongs to cluster %s, this node to %s", errOtherCluster, e.remote, orNone(e.theirs), orNone(e.ours))
+}
+
+// orNone names an empty cluster ID in a message.
+func orNone(id string) string {
+	if id == "" {
+		return "none"
+	}
+	return id
 }
 
 func (e *otherClusterError) Unwrap() error { return errOtherCluster }
@@ -219,10 +258,36 @@ func (s *clusterStreamLayer) refused(remote net.Addr, err error) {
 	}
 }
 
-// greetedConn hands Raft the bytes after the greeting.
+// greetedConn hands Raft the bytes after the greeting, for as long as the
+// node admits the cluster it named (raftGreeter.admits). Raft reads each
+// connection from one goroutine, so settled needs no lock.
 type greetedConn struct {
 	net.Conn
-	r *bufio.Reader
+	r       *bufio.Reader
+	theirs  string
+	layer   *clusterStreamLayer
+	settled bool // the node had a cluster and admitted theirs: final
 }
 
-func (c *greetedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+// check asks the node whether it still admits the connection.
+func (c *greetedConn) check() error {
+	if c.settled {
+		return nil
+	}
+	ours := c.layer.greeter.own()
+	ok, final := admits(ours, c.theirs, c.layer.greeter.alone())
+	if !ok {
+		return &otherClusterError{remote: c.RemoteAddr().String(), theirs: c.theirs, ours: ours}
+	}
+	c.settled = final
+	return nil
+}
+
+func (c *greetedConn) Read(p []byte) (int, error) {
+	if err := c.check(); err != nil {
+		c.layer.refused(c.RemoteAddr(), err)
+		c.Conn.Close()
+		return 0, err
+	}
+	return c.r.Read(p)
+}

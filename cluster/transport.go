@@ -85,7 +85,7 @@ func (s *tlsStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration)
 // connection starts with the cluster greeting, and the handshake and the
 // greeting are done, within their bounds, before Raft sees an accepted
 // connection (raftstream.go).
-func raftTransport(cfg *Config, advertise net.Addr, cluster func() string, logger hclog.Logger, slogger *slog.Logger) (*raft.NetworkTransport, error) {
+func raftTransport(cfg *Config, advertise net.Addr, greeter raftGreeter, logger hclog.Logger, slogger *slog.Logger) (*raft.NetworkTransport, error) {
 	var (
 		stream rawStream
 		err    error
@@ -98,7 +98,7 @@ func raftTransport(cfg *Config, advertise net.Addr, cluster func() string, logge
 	if err != nil {
 		return nil, err
 	}
-	greeted := newClusterStreamLayer(stream, cluster, slogger.With("component", "raft"))
+	greeted := newClusterStreamLayer(stream, greeter, slogger.With("component", "raft"))
 	return raft.NewNetworkTransportWithLogger(greeted, 3, 10*time.Second, logger), nil
 }
 
