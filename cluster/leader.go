@@ -33,12 +33,23 @@ type leaderState struct {
 	wake    time.Time
 	// refused: the last reason logged for not acting on a member.
 	refused map[string]string
+	// unanswered: servers and slot holders gossip shows away whose probes
+	// have failed since they last answered (sweepActions).
+	unanswered map[string]unansweredRun
+}
+
+// unansweredRun is a run of failed probes of one member: since the first,
+// and how many.
+type unansweredRun struct {
+	since  time.Time
+	probes int
 }
 
 func newLeaderState() leaderState {
 	return leaderState{
 		absentSince: map[string]time.Time{}, nonvoterSince: map[string]time.Time{}, unprovenSince: map[string]time.Time{},
 		provenAddr: map[string]string{}, backoff: map[string]probeBackoff{}, refused: map[string]string{},
+		unanswered: map[string]unansweredRun{},
 	}
 }
 
@@ -247,8 +258,9 @@ func (n *Node) handOffToClusterTime() bool {
 // members that answer as themselves join as non-voters; non-voters that
 // follow this log are promoted while voters < 5, and ones that never prove
 // themselves go after ReapAfter. A server gossip shows as left goes at once
-// if it says it is leaving or does not answer; one dead, missing or left
-// that still answers as a member stays. It never removes the leader itself
+// if it says so itself; one gossip shows dead, missing or left goes once it
+// has been away for ReapAfter and failed every probe over the second half
+// of it; one that still answers as a member stays. It never removes the leader itself
 // nor breaks quorum. The decisions are sweepProbes and sweepActions
 // (reconcile.go); this gathers their inputs, probes, and carries them out.
 func (n *Node) reconcile() {

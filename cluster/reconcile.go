@@ -116,8 +116,10 @@ func (v *memberView) candidate(id string, m gossipMember) bool {
 func joinKey(m gossipMember) string { return m.Meta.GRPCAddr + " " + m.Meta.RaftAddr }
 
 // sweepProbes decides whom a sweep asks who they are, and which servers and
-// slot holders are gone: shown left by gossip (true), or absent from it for
-// ReapAfter (false). It keeps absentSince current.
+// slot holders may be gone: shown left by gossip (true), or away from it for
+// half of ReapAfter (false), so that they are asked on every sweep across the
+// second half before sweepActions removes any. It keeps absentSince and
+// unanswered current.
 func (ls *leaderState) sweepProbes(v *memberView) (probes map[probeKey]bool, gone map[string]bool) {
 	probes, gone = map[probeKey]bool{}, map[string]bool{}
 	ask := func(id string) {
@@ -139,7 +141,7 @@ func (ls *leaderState) sweepProbes(v *memberView) (probes map[probeKey]bool, gon
 			ls.absentSince[id] = since
 		}
 		left := seen && m.State == MemberLeft
-		if left || v.Now.Sub(ls.absentSince[id]) >= v.ReapAfter {
+		if left || v.Now.Sub(ls.absentSince[id]) >= v.ReapAfter/2 {
 			gone[id] = left
 			ask(id)
 		}
@@ -151,6 +153,11 @@ func (ls *leaderState) sweepProbes(v *memberView) (probes map[probeKey]bool, gon
 	}
 	for _, id := range v.StateOnly {
 		absent(id)
+	}
+	for id := range ls.unanswered {
+		if _, ok := gone[id]; !ok {
+			delete(ls.unanswered, id)
+		}
 	}
 	inRaft := serversByID(v.Servers)
 	for _, id := range v.memberIDs() {
@@ -209,28 +216,60 @@ func (ls *leaderState) sweepActions(v *memberView, gone map[string]bool, answers
 		out = append(out, memberAction{Kind: actOwnAddr, ID: v.Self, Addr: v.SelfRaftAddr, Voter: s.Suffrage == raft.Voter, Why: string(s.Address)})
 	}
 
-	// Gone servers first, in configuration order, then slot holders.
+	// Gone servers first, in configuration order, then slot holders. What
+	// gossip says of a member is not proof (anyone with the gossip key can
+	// say it), and neither is one failed probe (a port kept full, a lost
+	// packet): a member goes at once only on its own word that it is
+	// leaving, or on an authenticated answer that it is not this cluster's
+	// member, once gossip shows it left or away for ReapAfter; on silence,
+	// only once it has been away for ReapAfter and its probes have failed
+	// for half of it (at least two of them).
 	reapGone := func(id, why string) {
 		left, ok := gone[id]
 		if !ok {
 			return
 		}
+		away := v.Now.Sub(ls.absentSince[id])
+		due := left || away >= v.ReapAfter
 		st, err := answer(id)
+		if errors.Is(err, errProbeOtherNode) { // an authenticated answer: another node is there now
+			delete(ls.unanswered, id)
+			if due {
+				out = append(out, memberAction{Kind: actReap, ID: id, Why: fmt.Sprintf("%s; %v", why, err)})
+			}
+			return
+		}
+		if err != nil {
+			u := ls.unanswered[id]
+			if u.probes == 0 {
+				u.since = v.Now
+			}
+			u.probes++
+			ls.unanswered[id] = u
+			if away < v.ReapAfter || u.probes < 2 || v.Now.Sub(u.since) < v.ReapAfter/2 {
+				return
+			}
+			news := "gone from gossip"
+			if left {
+				news = "shown left by gossip, which it never confirmed,"
+			}
+			out = append(out, memberAction{Kind: actReap, ID: id, Why: fmt.Sprintf("%s; %s for %v and %d probes over %v unanswered: %v",
+				why, news, away.Round(time.Second), u.probes, v.Now.Sub(u.since).Round(time.Second), err)})
+			return
+		}
+		delete(ls.unanswered, id)
 		switch {
-		case err == nil && st.Leaving:
+		case st.Leaving:
 			out = append(out, memberAction{Kind: actReap, ID: id, Why: why + "; it says it is leaving"})
-		case err == nil && st.ClusterID == v.Own:
-			news := "gone from gossip for reap-after"
+		case st.ClusterID == v.Own:
+			news := "gone from gossip"
 			if left {
 				news = "left"
 			}
 			out = append(out, memberAction{Kind: actRefuse, ID: id, Name: v.Members[id].Meta.Name, Why: "not removing a member gossip shows as " + news,
 				Err: errors.New("it answers over the authenticated transport as a member of this cluster")})
-		default:
-			if err == nil {
-				err = fmt.Errorf("%w (it names cluster %q)", errProbeCluster, st.ClusterID)
-			}
-			out = append(out, memberAction{Kind: actReap, ID: id, Why: fmt.Sprintf("%s; %v", why, err)})
+		case due:
+			out = append(out, memberAction{Kind: actReap, ID: id, Why: fmt.Sprintf("%s; %v (it names cluster %q)", why, errProbeCluster, st.ClusterID)})
 		}
 	}
 	for _, s := range v.Servers {
@@ -383,6 +422,7 @@ func (ls *leaderState) promotion(v *memberView, out []memberAction, id string, m
 // that kind succeeded.
 func (ls *leaderState) reaped(id string) {
 	delete(ls.absentSince, id)
+	delete(ls.unanswered, id)
 	delete(ls.unprovenSince, id)
 	delete(ls.provenAddr, id)
 	delete(ls.refused, id)

@@ -99,9 +99,73 @@ func TestSweepAddsAProvenMemberAndPromotesItASecondLater(t *testing.T) {
 	}
 }
 
+// TestSweepNeverReapsOnOneFailedProbe: a member is removed on silence only
+// once gossip has shown it away for reap-after and its probes have failed
+// for half of it; a "left" it does not confirm itself is no faster. (An
+// attacker with the gossip key forged a "left" in a live voter's name and
+// kept its gRPC port full: the leader's one probe failed and it removed the
+// voter twice in 4 s.)
+func TestSweepNeverReapsOnOneFailedProbe(t *testing.T) {
+	servers := []raft.Server{voter("a"), voter("b"), voter("c")}
+	c := sweepMember("c")
+	run := func(t *testing.T, b gossipMember, who func(at time.Duration) map[string]probeAnswer) time.Duration {
+		t.Helper()
+		ls := newLeaderState()
+		for at := time.Duration(0); at <= 3*sweepReapAfter; at += sweepReapAfter / 10 {
+			w := map[string]probeAnswer{"c": member("c", 100)}
+			for id, a := range who(at) {
+				w[id] = a
+			}
+			if got := kinds(sweep(&ls, sweepView(sweepT0.Add(at), servers, b, c), w)); got == "reap b" {
+				return at
+			} else if got != "" && got != "refuse b" {
+				t.Fatalf("at %v: %s", at, got)
+			}
+		}
+		return -1
+	}
+	silent := func(time.Duration) map[string]probeAnswer { return nil }
+	dead := sweepMember("b")
+	dead.State, dead.Since = MemberDead, sweepT0
+	if at := run(t, dead, silent); at != sweepReapAfter {
+		t.Errorf("dead and silent: reaped at %v, want at reap-after (%v), after the probes of its second half", at, sweepReapAfter)
+	}
+	left := sweepMember("b")
+	left.State, left.Since = MemberLeft, sweepT0
+	if at := run(t, left, silent); at != sweepReapAfter {
+		t.Errorf("shown left, never confirmed, silent: reaped at %v, want at reap-after (%v)", at, sweepReapAfter)
+	}
+	leaving := func(time.Duration) map[string]probeAnswer {
+		return map[string]probeAnswer{"b": {st: Status{ID: "b", RaftAddr: "rb", ClusterID: "own", Leaving: true}}}
+	}
+	if at := run(t, left, leaving); at != 0 {
+		t.Errorf("shown left and saying so itself: reaped at %v, want at once", at)
+	}
+	// One answer in the second half starts the run of failures again.
+	once := func(at time.Duration) map[string]probeAnswer {
+		if at == sweepReapAfter*9/10 {
+			return map[string]probeAnswer{"b": member("b", 100)}
+		}
+		return nil
+	}
+	if at := run(t, dead, once); at < sweepReapAfter*9/10+sweepReapAfter/2 {
+		t.Errorf("answered once at %v: reaped at %v, want half of reap-after of failures after that", sweepReapAfter*9/10, at)
+	}
+	// A probe that fails only now and then is never enough.
+	if at := run(t, left, func(at time.Duration) map[string]probeAnswer {
+		if (at/(sweepReapAfter/10))%3 != 0 {
+			return map[string]probeAnswer{"b": member("b", 100)}
+		}
+		return nil
+	}); at >= 0 {
+		t.Errorf("a live member whose probe fails one sweep in three was reaped at %v", at)
+	}
+}
+
 // TestSweepReapsOnlyWhatDoesNotAnswerAsAMember: a server gossip shows dead
-// for reap-after goes when it does not answer or says it is leaving, and
-// stays while it answers as a member (the gossip news may be forged).
+// for reap-after goes when it says it is leaving or an authenticated answer
+// shows it is not there, and stays while it answers as a member (the gossip
+// news may be forged); silence is TestSweepNeverReapsOnOneFailedProbe's.
 func TestSweepReapsOnlyWhatDoesNotAnswerAsAMember(t *testing.T) {
 	dead := sweepMember("b")
 	dead.State, dead.Since = MemberDead, sweepT0
@@ -114,7 +178,7 @@ func TestSweepReapsOnlyWhatDoesNotAnswerAsAMember(t *testing.T) {
 		want  string
 	}{
 		{"before reap-after", sweepReapAfter - time.Second, nil, ""},
-		{"silent", sweepReapAfter, nil, "reap b"},
+		{"silent, asked once", sweepReapAfter, nil, ""},
 		{"leaving", sweepReapAfter, map[string]probeAnswer{"b": {st: Status{ID: "b", RaftAddr: "rb", ClusterID: "own", Leaving: true}}}, "reap b"},
 		{"another cluster's", sweepReapAfter, map[string]probeAnswer{"b": {st: Status{ID: "b", RaftAddr: "rb", ClusterID: "other"}}}, "reap b"},
 		{"another node at its address", sweepReapAfter, map[string]probeAnswer{"b": {st: Status{ID: "x", RaftAddr: "rb", ClusterID: "own"}}}, "reap b"},
