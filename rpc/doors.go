@@ -2,107 +2,445 @@ package rpc
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/idgen/idgen/cluster/door"
+	"github.com/idgen/idgen/rpc/tlsconf"
 )
 
 // The gRPC port's bounds (cmd/idgend/README.md, "Securing a cluster"), beside the
 // per-call ones in auth.go (MaxRequestBytes, MaxHeaderBytes,
-// MaxConcurrentStreams).
+// MaxConcurrentStreams). They are bounds by who is asking: strangers share
+// the room for unfinished handshakes, where the oldest makes way for a
+// newcomer; clients (and admins) that proved who they are share a far
+// larger room, each certificate identity a part of it; the cluster's own
+// servers have a room of their own that nobody else can fill.
 const (
-	// HandshakeTimeout bounds a new connection's TLS handshake and HTTP/2
-	// preface (grpc.ConnectionTimeout; gRPC's default is 120 s).
+	// HandshakeTimeout bounds a new connection's TLS handshake (done
+	// before gRPC sees the connection) and then its HTTP/2 preface
+	// (grpc.ConnectionTimeout; gRPC's default is 120 s).
 	HandshakeTimeout = 5 * time.Second
 	// DefaultMaxConnectionIdle closes a connection with no call for this
 	// long (with a GOAWAY: clients dial again on their next call).
 	DefaultMaxConnectionIdle = 5 * time.Minute
-	// DefaultMaxConnections caps the port's open connections, handshaking
-	// or not; one past it is closed at once.
-	DefaultMaxConnections = 1024
-	// MaxStreamsPerConn caps the streaming calls (Health.Watch,
-	// reflection) open at once on one connection: they last as long as the
-	// caller likes, a goroutine each. Unary calls end by their deadline and
-	// are capped by MaxConcurrentStreams.
+	// MaxStreamsPerConn caps the streaming calls other than the health
+	// check (reflection) open at once on one connection: they last as long
+	// as the caller likes, a goroutine each. Unary calls end by their
+	// deadline and are capped by MaxConcurrentStreams.
 	MaxStreamsPerConn = 8
-	// MaxStreams caps the streaming calls open at once on the whole server.
-	MaxStreams = 512
+	// HealthWatchesPerConn caps the Health.Watch calls open at once on one
+	// connection. They count toward no other bound: gRPC's client health
+	// check holds one per connection and marks the connection unusable
+	// when it is refused, so every connection a bound admits gets its own.
+	HealthWatchesPerConn = 2
 )
 
-// streamLimit counts the streaming calls open, per connection and in all.
-type streamLimit struct {
-	perConn, total int
-
-	mu     sync.Mutex
-	byConn map[string]int
-	open   int
+// Bounds are the gRPC port's bounds by who is asking. Zero fields take
+// DefaultBounds'; each is an idgend flag.
+type Bounds struct {
+	// Handshakes is how many connections may be in their TLS handshake at
+	// once; a new one past it closes the oldest unfinished one, so a flood
+	// of silent connections never keeps a peer that handshakes in
+	// milliseconds out (--grpc-max-handshakes).
+	Handshakes int
+	// HandshakesPerAddress is how many of them one remote address may
+	// hold; a new one past it closes that address's oldest
+	// (--grpc-max-handshakes-per-address).
+	HandshakesPerAddress int
+	// ClientConns is how many connections of callers that are not the
+	// cluster's servers (clients and admins with TLS; everyone without) may
+	// be open at once; one past it is refused (--grpc-max-client-conns).
+	ClientConns int
+	// ConnsPerIdentity is how many of them one certificate identity (role
+	// and name; without TLS, one remote address) may hold
+	// (--grpc-max-conns-per-identity).
+	ConnsPerIdentity int
+	// PeerConns is how many connections the cluster's servers (certificate
+	// role server) may hold; no client or stranger takes from it
+	// (--grpc-max-peer-conns).
+	PeerConns int
+	// StreamsPerIdentity caps the streaming calls other than the health
+	// check one identity may hold open at once (--grpc-max-streams-per-identity).
+	StreamsPerIdentity int
 }
 
-func newStreamLimit(perConn, total int) *streamLimit {
-	return &streamLimit{perConn: perConn, total: total, byConn: map[string]int{}}
+// DefaultBounds are sized for a fleet: thousands of client pods, each
+// holding one connection to every node, on a node whose memory limit is
+// 512 MiB. An idle client connection with its health watch costs about
+// 125 KB, both ends together (go test -run '^$' -bench
+// IdleConnectionMemory ./rpc); the node's share is about half, so 4,096 of
+// them take about 250 MB.
+var DefaultBounds = Bounds{
+	Handshakes: 256, HandshakesPerAddress: 32,
+	ClientConns: 4096, ConnsPerIdentity: 2048,
+	PeerConns:          256,
+	StreamsPerIdentity: 512,
 }
 
-// connKey names the connection a call came on: its remote address, which
-// no two open connections share.
-func connKey(ctx context.Context) string {
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		return p.Addr.String()
+// withDefaults fills zero fields from DefaultBounds and checks the rest.
+func (b Bounds) withDefaults() (Bounds, error) {
+	d := DefaultBounds
+	for _, f := range []struct {
+		name   string
+		v, def *int
+	}{
+		{"handshakes", &b.Handshakes, &d.Handshakes},
+		{"handshakes per address", &b.HandshakesPerAddress, &d.HandshakesPerAddress},
+		{"client connections", &b.ClientConns, &d.ClientConns},
+		{"connections per identity", &b.ConnsPerIdentity, &d.ConnsPerIdentity},
+		{"peer connections", &b.PeerConns, &d.PeerConns},
+		{"streams per identity", &b.StreamsPerIdentity, &d.StreamsPerIdentity},
+	} {
+		if *f.v == 0 {
+			*f.v = *f.def
+		}
+		if *f.v < 0 {
+			return b, fmt.Errorf("rpc: %s bound %d is negative", f.name, *f.v)
+		}
 	}
-	return ""
+	return b, nil
 }
 
-func (l *streamLimit) acquire(conn string) error {
+// Descriptors is how many file descriptors the bounds let the gRPC port
+// hold at once.
+func (b Bounds) Descriptors() int { return b.Handshakes + b.ClientConns + b.PeerConns }
+
+// The bounds' names, in metrics (idgen_door_refused_total's bound label)
+// and logs.
+const (
+	boundHandshakes        = "grpc_handshakes"
+	boundHandshakesPerAddr = "grpc_handshakes_per_address"
+	boundHandshake         = "grpc_handshake_timeout"
+	boundTLS               = "grpc_tls"
+	boundClientConns       = "grpc_client_conns"
+	boundConnsPerIdentity  = "grpc_conns_per_identity"
+	boundPeerConns         = "grpc_peer_conns"
+	boundStreamsPerConn    = "grpc_streams_per_conn"
+	boundStreamsPerID      = "grpc_streams_per_identity"
+	boundWatchesPerConn    = "grpc_health_watches_per_conn"
+
+	// The HTTP admin port's (cmd/idgend counts them with DoorRefused): an
+	// idle connection closed for a new one past the port's bound or the
+	// address's, and (_busy) a new one refused because every connection of
+	// its room was being answered.
+	BoundHTTPConns               = "http_conns"
+	BoundHTTPConnsPerAddress     = "http_conns_per_address"
+	BoundHTTPConnsBusy           = "http_conns_busy"
+	BoundHTTPConnsPerAddressBusy = "http_conns_per_address_busy"
+)
+
+// doorBounds lists every bound name, so each counter exists at 0 from the
+// start.
+var doorBounds = []string{boundHandshakes, boundHandshakesPerAddr, boundHandshake, boundTLS, boundClientConns,
+	boundConnsPerIdentity, boundPeerConns, boundStreamsPerConn, boundStreamsPerID, boundWatchesPerConn,
+	BoundHTTPConns, BoundHTTPConnsPerAddress, BoundHTTPConnsBusy, BoundHTTPConnsPerAddressBusy}
+
+// refusals counts and logs (rate-limited per peer and bound) what the
+// bounds refuse.
+type refusals struct {
+	counter *prometheus.CounterVec
+	log     *door.RateLog
+}
+
+func newRefusals(reg prometheus.Registerer, log *slog.Logger) (*refusals, error) {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricsNamespace, Name: "door_refused_total",
+		Help: "Connections and calls a bound of the node's ports refused, by bound.",
+	}, []string{"bound"})
+	for _, b := range doorBounds {
+		c.WithLabelValues(b)
+	}
+	if err := reg.Register(c); err != nil {
+		return nil, fmt.Errorf("rpc: register metrics: %w", err)
+	}
+	return &refusals{counter: c, log: door.NewRateLog(log.With("component", "grpc"), 0)}, nil
+}
+
+// refuse counts one refusal of bound from peer and logs it (at most one
+// line per peer and bound a minute).
+func (r *refusals) refuse(bound, peer, msg string, args ...any) {
+	r.counter.WithLabelValues(bound).Inc()
+	r.log.Log(slog.LevelWarn, bound, peer, msg, append(args, "bound", bound)...)
+}
+
+// DoorRefused counts one refusal of a bound of another port of the node
+// (the HTTP admin port's) in idgen_door_refused_total.
+func (s *Server) DoorRefused(bound string) { s.refusals.counter.WithLabelValues(bound).Inc() }
+
+// errRoom: an authenticated connection past its room's bound.
+var errRoom = errors.New("no room")
+
+// rooms counts the open connections past their handshake: the servers'
+// room, the clients' room and each client identity's part of it.
+type rooms struct {
+	b Bounds
+
+	mu         sync.Mutex
+	peers      int
+	clients    int
+	byIdentity map[string]int
+}
+
+// take admits one connection of identity (server: a server of the
+// cluster) or returns the bound it is past.
+func (r *rooms) take(identity string, server bool) (release func(), bound string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if server {
+		if r.peers >= r.b.PeerConns {
+			return nil, boundPeerConns
+		}
+		r.peers++
+		return sync.OnceFunc(func() { r.mu.Lock(); r.peers--; r.mu.Unlock() }), ""
+	}
+	switch {
+	case r.clients >= r.b.ClientConns:
+		return nil, boundClientConns
+	case r.byIdentity[identity] >= r.b.ConnsPerIdentity:
+		return nil, boundConnsPerIdentity
+	}
+	r.clients++
+	r.byIdentity[identity]++
+	return sync.OnceFunc(func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.clients--
+		if r.byIdentity[identity]--; r.byIdentity[identity] <= 0 {
+			delete(r.byIdentity, identity)
+		}
+	}), ""
+}
+
+// grpcDoor is the gRPC port's listener: a door.Gate runs each
+// connection's TLS handshake under HandshakeTimeout and the handshake
+// bounds (oldest unfinished first out), then admits the connection into
+// its room by the certificate's role and identity. gRPC only ever sees
+// admitted connections, already past TLS (doneTLS).
+type grpcDoor struct {
+	*door.Gate
+}
+
+func newGRPCDoor(lis net.Listener, cfg *tls.Config, b Bounds, ref *refusals) *grpcDoor {
+	r := &rooms{b: b, byIdentity: map[string]int{}}
+	if cfg != nil {
+		cfg = cfg.Clone()
+		if !slices.Contains(cfg.NextProtos, "h2") {
+			cfg.NextProtos = append(cfg.NextProtos, "h2") // gRPC clients require ALPN h2
+		}
+	}
+	handshake := func(c net.Conn) (net.Conn, error) {
+		identity, server := door.Peer(c.RemoteAddr()), false
+		var tc *tls.Conn
+		if cfg != nil {
+			tc = tls.Server(c, cfg)
+			if err := tc.Handshake(); err != nil {
+				return nil, fmt.Errorf("%w: %w", errRPCTLS, err)
+			}
+			identity, server = certIdentity(tc.ConnectionState())
+		}
+		release, bound := r.take(identity, server)
+		if bound != "" {
+			return nil, &roomError{bound: bound, identity: identity, b: b}
+		}
+		if tc != nil {
+			return &admittedConn{Conn: tc, tls: tc, release: release}, nil
+		}
+		return &admittedConn{Conn: c, release: release}, nil
+	}
+	g := door.NewGate(lis, handshake, door.GateConfig{
+		Timeout: HandshakeTimeout, MaxPending: b.Handshakes, MaxPendingPerPeer: b.HandshakesPerAddress,
+		Refused: func(remote net.Addr, err error) { ref.refused(remote, err, b) },
+		AcceptError: func(err error) {
+			ref.log.Log(slog.LevelError, "accept", "", "gRPC port cannot accept connections", "err", err)
+		},
+	})
+	return &grpcDoor{Gate: g}
+}
+
+// errRPCTLS: an accepted gRPC connection's TLS handshake failed.
+var errRPCTLS = errors.New("TLS handshake failed")
+
+// roomError: an authenticated connection past its room's bound.
+type roomError struct {
+	bound, identity string
+	b               Bounds
+}
+
+func (e *roomError) Error() string { return fmt.Sprintf("%v: %s (%s)", errRoom, e.bound, e.identity) }
+func (e *roomError) Unwrap() error { return errRoom }
+
+// refused counts and logs a connection the door refused.
+func (r *refusals) refused(remote net.Addr, err error, b Bounds) {
+	peer, rs := door.Peer(remote), fmt.Sprint(remote)
+	var room *roomError
+	var ne net.Error
+	switch {
+	case errors.As(err, &room):
+		limit := map[string]int{boundPeerConns: b.PeerConns, boundClientConns: b.ClientConns, boundConnsPerIdentity: b.ConnsPerIdentity}[room.bound]
+		r.refuse(room.bound, peer, "refused a gRPC connection: its room is full", "remote", rs, "identity", room.identity, "cap", limit)
+	case errors.Is(err, door.ErrEvicted):
+		r.refuse(boundHandshakes, peer, "closed an unfinished gRPC handshake to make room for a newer one", "remote", rs,
+			"cap", b.Handshakes, "cap_per_address", b.HandshakesPerAddress)
+	case errors.As(err, &ne) && ne.Timeout():
+		r.refuse(boundHandshake, peer, "closed a gRPC connection that did not finish its TLS handshake in time", "remote", rs,
+			"bound", HandshakeTimeout.String())
+	case errors.Is(err, errRPCTLS):
+		r.refuse(boundTLS, peer, "refused a gRPC connection: TLS handshake failed (no certificate of the cluster CA?)", "remote", rs, "err", err)
+	default:
+		r.log.Log(slog.LevelDebug, "closed", peer, "a gRPC connection closed before its handshake", "remote", rs, "err", err)
+	}
+}
+
+// certIdentity names a verified peer by its certificate's role and name,
+// and says whether it is a server of the cluster.
+func certIdentity(cs tls.ConnectionState) (string, bool) {
+	if len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
+		return "unverified", false
+	}
+	leaf := cs.VerifiedChains[0][0]
+	role, err := tlsconf.RoleOf(leaf)
+	if err != nil {
+		return "no role/" + leaf.Subject.CommonName, false
+	}
+	return string(role) + "/" + leaf.Subject.CommonName, role == tlsconf.RoleServer
+}
+
+// admittedConn is a connection in its room; closing it frees its place.
+type admittedConn struct {
+	net.Conn
+	tls     *tls.Conn // nil without TLS
+	release func()
+}
+
+func (c *admittedConn) Close() error {
+	err := c.Conn.Close()
+	c.release()
+	return err
+}
+
+// doneTLS is the gRPC server's credentials when the door has done the TLS
+// handshake: it hands gRPC the connection and what the handshake
+// established, which authorize reads as from gRPC's own TLS credentials.
+type doneTLS struct{}
+
+func (doneTLS) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	ac, ok := c.(*admittedConn)
+	if !ok || ac.tls == nil {
+		return nil, nil, errors.New("rpc: a connection that did not come through the gRPC door's TLS handshake")
+	}
+	return c, credentials.TLSInfo{State: ac.tls.ConnectionState(), CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}, nil
+}
+
+func (doneTLS) ClientHandshake(context.Context, string, net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return nil, nil, errors.New("rpc: doneTLS is a server's credentials")
+}
+
+func (doneTLS) Info() credentials.ProtocolInfo {
+	return credentials.ProtocolInfo{SecurityProtocol: "tls", SecurityVersion: "1.3"}
+}
+
+func (doneTLS) Clone() credentials.TransportCredentials { return doneTLS{} }
+
+func (doneTLS) OverrideServerName(string) error { return nil }
+
+// streamLimit counts the streaming calls open: health watches per
+// connection (in no other count), the rest per connection and per
+// identity.
+type streamLimit struct {
+	perConn, perIdentity, watchesPerConn int
+	ref                                  *refusals
+
+	mu         sync.Mutex
+	byConn     map[string]int
+	watches    map[string]int
+	byIdentity map[string]int
+}
+
+func newStreamLimit(perConn, perIdentity int, ref *refusals) *streamLimit {
+	return &streamLimit{perConn: perConn, perIdentity: perIdentity, watchesPerConn: HealthWatchesPerConn, ref: ref,
+		byConn: map[string]int{}, watches: map[string]int{}, byIdentity: map[string]int{}}
+}
+
+// callerOf names the connection a call came on (its remote address, which
+// no two open connections share) and the caller's identity (its
+// certificate's role and name; without TLS, its remote address).
+func callerOf(ctx context.Context) (conn, identity string) {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return "", ""
+	}
+	conn, identity = p.Addr.String(), door.Peer(p.Addr)
+	if info, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+		identity, _ = certIdentity(info.State)
+	}
+	return conn, identity
+}
+
+const healthWatch = "/grpc.health.v1.Health/Watch"
+
+func (l *streamLimit) acquire(method, conn, identity string) (release func(), err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if method == healthWatch {
+		if l.watches[conn] >= l.watchesPerConn {
+			l.ref.refuse(boundWatchesPerConn, door.PeerString(conn), "refused a health watch: its connection holds its cap", "remote", conn, "cap", l.watchesPerConn)
+			return nil, status.Errorf(codes.ResourceExhausted,
+				"this connection already has %d health watches open, the most a connection may hold; close one or use another connection", l.watchesPerConn)
+		}
+		l.watches[conn]++
+		return sync.OnceFunc(func() { l.mu.Lock(); defer l.mu.Unlock(); decr(l.watches, conn) }), nil
+	}
 	switch {
 	case l.byConn[conn] >= l.perConn:
-		return status.Errorf(codes.ResourceExhausted,
+		l.ref.refuse(boundStreamsPerConn, door.PeerString(conn), "refused a streaming call: its connection holds its cap", "remote", conn, "cap", l.perConn)
+		return nil, status.Errorf(codes.ResourceExhausted,
 			"this connection already has %d streaming calls open, the most a connection may hold; close one or use another connection", l.perConn)
-	case l.open >= l.total:
-		return status.Errorf(codes.ResourceExhausted,
-			"the server already has %d streaming calls open, the most it holds; try again later", l.total)
+	case l.byIdentity[identity] >= l.perIdentity:
+		l.ref.refuse(boundStreamsPerID, door.PeerString(conn), "refused a streaming call: its identity holds its cap", "identity", identity, "cap", l.perIdentity)
+		return nil, status.Errorf(codes.ResourceExhausted,
+			"%s already has %d streaming calls open on this node, the most one identity may hold; close some and try again", identity, l.perIdentity)
 	}
 	l.byConn[conn]++
-	l.open++
-	return nil
+	l.byIdentity[identity]++
+	return sync.OnceFunc(func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		decr(l.byConn, conn)
+		decr(l.byIdentity, identity)
+	}), nil
 }
 
-func (l *streamLimit) release(conn string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.open--
-	if l.byConn[conn]--; l.byConn[conn] <= 0 {
-		delete(l.byConn, conn)
+// decr takes one from m[k], dropping the key at zero.
+func decr(m map[string]int, k string) {
+	if m[k]--; m[k] <= 0 {
+		delete(m, k)
 	}
 }
 
-// interceptor refuses a streaming call past either cap with
+// interceptor refuses a streaming call past its caps with
 // ResourceExhausted, before its handler runs.
 func (l *streamLimit) interceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		conn := connKey(ss.Context())
-		if err := l.acquire(conn); err != nil {
+		conn, identity := callerOf(ss.Context())
+		release, err := l.acquire(info.FullMethod, conn, identity)
+		if err != nil {
 			return err
 		}
-		defer l.release(conn)
+		defer release()
 		return handler(srv, ss)
 	}
-}
-
-// limitListener caps lis at max open connections; the ones refused are
-// logged once a minute per peer, with a count.
-func limitListener(lis net.Listener, max int, log *slog.Logger) net.Listener {
-	refusals := door.NewRateLog(log.With("component", "grpc"), 0)
-	return door.Limit(lis, max, func(remote net.Addr, err error) {
-		refusals.Log(slog.LevelWarn, "cap", door.Peer(remote), "refused a gRPC connection: the port holds its cap of open connections",
-			"remote", remote.String(), "cap", max)
-	})
 }

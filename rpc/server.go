@@ -13,7 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -73,9 +72,9 @@ type ServerConfig struct {
 	// (tlsconf.Material.ServerConfig: callers need a certificate from the CA)
 	// and check each caller's role per method (RequiredRole).
 	TLS *tls.Config
-	// MaxConnections caps the connections Serve holds open at once (0:
-	// DefaultMaxConnections); one past it is closed at once.
-	MaxConnections int
+	// Bounds are the port's bounds by who is asking (zero fields:
+	// DefaultBounds').
+	Bounds Bounds
 	// MaxConnectionIdle closes a connection that carried no call for this
 	// long (0: DefaultMaxConnectionIdle).
 	MaxConnectionIdle time.Duration
@@ -101,14 +100,15 @@ func (c *ServerConfig) withDefaults() (ServerConfig, error) {
 	if out.ReadyPollInterval == 0 {
 		out.ReadyPollInterval = DefaultReadyPollInterval
 	}
-	if out.MaxConnections == 0 {
-		out.MaxConnections = DefaultMaxConnections
-	}
 	if out.MaxConnectionIdle == 0 {
 		out.MaxConnectionIdle = DefaultMaxConnectionIdle
 	}
 	if out.Registerer == nil {
 		out.Registerer = prometheus.NewRegistry()
+	}
+	var err error
+	if out.Bounds, err = out.Bounds.withDefaults(); err != nil {
+		return out, err
 	}
 	switch {
 	case out.MaxCount < 1 || out.MaxCount > generator.MaxBatch:
@@ -119,8 +119,6 @@ func (c *ServerConfig) withDefaults() (ServerConfig, error) {
 		return out, fmt.Errorf("rpc: buffer depth %d, want at least 1", out.BufferDepth)
 	case out.ReadyPollInterval < 0:
 		return out, fmt.Errorf("rpc: ready poll interval %s is negative", out.ReadyPollInterval)
-	case out.MaxConnections < 0:
-		return out, fmt.Errorf("rpc: max connections %d is negative", out.MaxConnections)
 	case out.MaxConnectionIdle < 0:
 		return out, fmt.Errorf("rpc: max connection idle %s is negative", out.MaxConnectionIdle)
 	}
@@ -155,6 +153,8 @@ type Server struct {
 	joinSlot chan struct{} // holds a token while a Join runs
 
 	lastMintErr atomic.Int64 // unix nanos of the last logged producer error
+
+	refusals *refusals // what the port's bounds refused (doors.go)
 }
 
 // NewServer builds the gRPC server and registers every service and the
@@ -189,18 +189,28 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	unary := []grpc.UnaryServerInterceptor{recoveryUnary(s.log), s.metrics.grpc.UnaryServerInterceptor()}
 	stream := []grpc.StreamServerInterceptor{recoveryStream(s.log), s.metrics.grpc.StreamServerInterceptor()}
 	var opts []grpc.ServerOption
+	if s.refusals, err = newRefusals(c.Registerer, s.log); err != nil {
+		return nil, err
+	}
 	if c.TLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(c.TLS)))
+		// The door does the TLS handshake before gRPC sees a connection
+		// (doors.go).
+		opts = append(opts, grpc.Creds(doneTLS{}))
 		unary = append(unary, authUnary())
 		stream = append(stream, authStream())
 	}
 	// Streaming calls last as long as the caller likes: a bounded number
-	// per connection and in all (doors.go).
-	stream = append(stream, newStreamLimit(MaxStreamsPerConn, MaxStreams).interceptor())
+	// per connection and per identity (doors.go).
+	stream = append(stream, newStreamLimit(MaxStreamsPerConn, c.Bounds.StreamsPerIdentity, s.refusals).interceptor())
 	s.grpc = grpc.NewServer(append(opts,
 		grpc.ChainUnaryInterceptor(append(unary, deadlineUnary(), loggingUnary(s.log))...),
 		grpc.ChainStreamInterceptor(stream...),
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
+		// Idle connections are what a fleet holds: they keep no write
+		// buffer and a small read buffer (calls are small), see
+		// BenchmarkIdleConnectionMemory.
+		grpc.SharedWriteBuffer(true),
+		grpc.ReadBufferSize(8<<10),
 		grpc.MaxHeaderListSize(MaxHeaderBytes),
 		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
 		// A connection that has not finished its TLS handshake and HTTP/2
@@ -233,7 +243,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 }
 
 // Serve starts the producer and the health loop (on the first call) and
-// serves gRPC on lis, holding at most MaxConnections open, until Shutdown.
+// serves gRPC on lis, behind the door of its Bounds, until Shutdown.
 // It returns nil after Shutdown.
 func (s *Server) Serve(lis net.Listener) error {
 	s.startOnce.Do(func() {
@@ -247,7 +257,7 @@ func (s *Server) Serve(lis net.Listener) error {
 			s.healthLoop(s.healthCtx)
 		}()
 	})
-	return s.grpc.Serve(limitListener(lis, s.cfg.MaxConnections, s.log))
+	return s.grpc.Serve(newGRPCDoor(lis, s.cfg.TLS, s.cfg.Bounds, s.refusals))
 }
 
 // Shutdown stops serving: health turns NOT_SERVING at once (so balancers move

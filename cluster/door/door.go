@@ -83,6 +83,10 @@ type GateConfig struct {
 	// flood of silent connections cannot keep a real peer, whose handshake
 	// takes milliseconds, from getting through.
 	MaxPending int
+	// MaxPendingPerPeer (0: no such bound) is how many of them one remote
+	// address (Peer) may run: a new one past it closes that address's
+	// oldest instead, so one address never takes the others' room.
+	MaxPendingPerPeer int
 	// Refused, if set, hears of every refused connection and why.
 	Refused func(remote net.Addr, reason error)
 	// AcceptError, if set, hears of accept errors other than a closed
@@ -105,11 +109,13 @@ type Gate struct {
 	wg        sync.WaitGroup
 
 	mu      sync.Mutex
-	pending *list.List // of *pendingConn, oldest first
+	pending *list.List     // of *pendingConn, oldest first
+	byPeer  map[string]int // pending handshakes per remote address
 }
 
 type pendingConn struct {
 	c       net.Conn
+	peer    string
 	elem    *list.Element
 	evicted bool
 }
@@ -124,6 +130,7 @@ func NewGate(l net.Listener, handshake Handshake, cfg GateConfig) *Gate {
 		ready:   make(chan net.Conn),
 		done:    make(chan struct{}),
 		pending: list.New(),
+		byPeer:  map[string]int{},
 	}
 	g.wg.Add(1)
 	go g.acceptLoop()
@@ -202,18 +209,49 @@ func (g *Gate) acceptLoop() {
 			return
 		default:
 		}
-		var oldest *pendingConn
-		if g.pending.Len() >= g.cfg.MaxPending {
-			oldest = g.pending.Remove(g.pending.Front()).(*pendingConn)
-			oldest.evicted = true
-		}
+		p.peer = Peer(c.RemoteAddr())
+		oldest := g.evictFor(p.peer)
 		p.elem = g.pending.PushBack(p)
+		g.byPeer[p.peer]++
 		g.wg.Add(1)
 		g.mu.Unlock()
 		if oldest != nil {
 			oldest.c.Close() // its goroutine sees the error and ends
 		}
 		go g.run(p)
+	}
+}
+
+// evictFor makes room for a new handshake from peer: past the per-peer
+// bound it takes that peer's oldest, past the total the oldest of all. The
+// caller holds mu and closes what it returns.
+func (g *Gate) evictFor(peer string) *pendingConn {
+	var victim *list.Element
+	switch {
+	case g.cfg.MaxPendingPerPeer > 0 && g.byPeer[peer] >= g.cfg.MaxPendingPerPeer:
+		for e := g.pending.Front(); e != nil; e = e.Next() {
+			if e.Value.(*pendingConn).peer == peer {
+				victim = e
+				break
+			}
+		}
+	case g.pending.Len() >= g.cfg.MaxPending:
+		victim = g.pending.Front()
+	}
+	if victim == nil {
+		return nil
+	}
+	p := victim.Value.(*pendingConn)
+	g.forget(p)
+	p.evicted = true
+	return p
+}
+
+// forget takes p off the pending list; the caller holds mu.
+func (g *Gate) forget(p *pendingConn) {
+	g.pending.Remove(p.elem)
+	if g.byPeer[p.peer]--; g.byPeer[p.peer] <= 0 {
+		delete(g.byPeer, p.peer)
 	}
 }
 
@@ -228,7 +266,7 @@ func (g *Gate) run(p *pendingConn) {
 	g.mu.Lock()
 	evicted := p.evicted
 	if !evicted {
-		g.pending.Remove(p.elem)
+		g.forget(p)
 	}
 	g.mu.Unlock()
 	if evicted {

@@ -198,6 +198,39 @@ func TestGateHandsOnOnlyFinishedHandshakes(t *testing.T) {
 	}
 }
 
+// TestGateBoundsHandshakesPerPeer: one address past its bound of pending
+// handshakes closes its own oldest, never another address's; past the
+// total, the oldest of all goes.
+func TestGateBoundsHandshakesPerPeer(t *testing.T) {
+	g := NewGate(listen(t), lineHandshake, GateConfig{Timeout: time.Minute, MaxPending: 4, MaxPendingPerPeer: 2})
+	defer g.Close()
+	addr := g.Addr().String()
+	from := func(ip string) net.Conn { return harness.DialFrom(t, ip, addr) }
+	a1 := from("127.0.0.2")
+	waitPending(t, g, 1)
+	b1 := from("127.0.0.3")
+	waitPending(t, g, 2)
+	a2 := from("127.0.0.2")
+	waitPending(t, g, 3)
+	a3 := from("127.0.0.2") // past 127.0.0.2's bound: closes a1, not b1, the oldest of all
+	if !closedBy(a1, harness.Scale(5*time.Second)) {
+		t.Fatal("an address past its bound of pending handshakes did not close its own oldest")
+	}
+	waitPending(t, g, 3)
+	b2 := from("127.0.0.3")
+	waitPending(t, g, 4)
+	c1 := from("127.0.0.4") // past the total: closes b1, now the oldest of all
+	if !closedBy(b1, harness.Scale(5*time.Second)) {
+		t.Fatal("past the total, the oldest pending handshake was not closed")
+	}
+	waitPending(t, g, 4)
+	for name, c := range map[string]net.Conn{"a2": a2, "a3": a3, "b2": b2, "c1": c1} {
+		if closedBy(c, 100*time.Millisecond) {
+			t.Errorf("%s was closed, but it was neither its address's oldest nor the oldest of all", name)
+		}
+	}
+}
+
 func waitPending(t *testing.T, g *Gate, n int) {
 	t.Helper()
 	harness.WaitFor(t, 5*time.Second, "pending handshakes", func() bool { return g.Pending() == n })

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"time"
 
 	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
@@ -129,19 +130,26 @@ func judgeStop(ctx context.Context, g globals, node string) (stopVerdict, error)
 	if err != nil {
 		return stopVerdict{}, usagef("%v", err)
 	}
-	// The members list from the first target address that answers: the
-	// node just restarted, or the one to stop, may be the first.
+	// The members list from the first target address that answers and
+	// knows node: the node just restarted, or the one to stop, may be the
+	// first, and one just restarted may not have met the others yet.
 	var ms *idgenv1.MembersResponse
 	for _, a := range addrs {
 		ga := g
 		ga.target = a
-		if ms, err = callAdmin(ctx, ga, func(ctx context.Context, c idgenv1.ClusterServiceClient) (*idgenv1.MembersResponse, error) {
+		got, cerr := callAdmin(ctx, ga, func(ctx context.Context, c idgenv1.ClusterServiceClient) (*idgenv1.MembersResponse, error) {
 			return c.Members(ctx, &idgenv1.MembersRequest{})
-		}); err == nil {
+		})
+		if cerr != nil {
+			err = cerr
+			continue
+		}
+		ms = got
+		if slices.ContainsFunc(got.GetMembers(), func(m *idgenv1.Member) bool { return m.GetId() == node || m.GetName() == node }) {
 			break
 		}
 	}
-	if err != nil {
+	if ms == nil {
 		return stopVerdict{}, fmt.Errorf("no target address answered: %s", describe(err))
 	}
 	v := stopVerdict{Node: node, Members: []stopNode{}}

@@ -45,13 +45,15 @@ type Config struct {
 	// restarts. A layout set here that differs from the cluster's is refused.
 	Layout generator.Layout
 
-	Lead              time.Duration
-	MaxAhead          time.Duration
-	MaxSkew           time.Duration
-	ReapAfter         time.Duration
-	BatchSize         int
-	BufferDepth       int
-	MaxCount          int
+	Lead        time.Duration
+	MaxAhead    time.Duration
+	MaxSkew     time.Duration
+	ReapAfter   time.Duration
+	BatchSize   int
+	BufferDepth int
+	MaxCount    int
+	// Bounds are the gRPC port's bounds by who is asking (--grpc-max-*).
+	Bounds            rpc.Bounds
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration
 
@@ -136,6 +138,13 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.IntVar(&c.BatchSize, "batch-size", rpc.DefaultBatchSize, "IDs per prefetched batch, served for count 0")
 	fs.IntVar(&c.BufferDepth, "buffer-depth", rpc.DefaultBufferDepth, "prefetched batches kept ready")
 	fs.IntVar(&c.MaxCount, "max-count", rpc.DefaultMaxCount, "largest count one GetIDBatch call may ask for")
+	d := rpc.DefaultBounds
+	fs.IntVar(&c.Bounds.Handshakes, "grpc-max-handshakes", d.Handshakes, "gRPC connections in their TLS handshake at once; a new one past it closes the oldest unfinished one")
+	fs.IntVar(&c.Bounds.HandshakesPerAddress, "grpc-max-handshakes-per-address", d.HandshakesPerAddress, "of them, from one remote address; a new one past it closes that address's oldest")
+	fs.IntVar(&c.Bounds.ClientConns, "grpc-max-client-conns", d.ClientConns, "gRPC connections of clients and admins (everyone, without TLS) open at once; one past it is refused")
+	fs.IntVar(&c.Bounds.ConnsPerIdentity, "grpc-max-conns-per-identity", d.ConnsPerIdentity, "of them, per certificate identity (role and name; without TLS, per remote address)")
+	fs.IntVar(&c.Bounds.PeerConns, "grpc-max-peer-conns", d.PeerConns, "gRPC connections of the cluster's servers (role server): a room of their own that clients and strangers never fill")
+	fs.IntVar(&c.Bounds.StreamsPerIdentity, "grpc-max-streams-per-identity", d.StreamsPerIdentity, "streaming calls other than the health check one identity may hold open (each connection also gets 2 health watches of its own)")
 	fs.Uint64Var(&c.SnapshotThreshold, "snapshot-threshold", 0, "Raft log entries between snapshots (0 = Raft's default)")
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", 0, "how often Raft checks whether to snapshot (0 = Raft's default, 120s)")
 	fs.StringVar(&c.TLS.Cert, "tls-cert", "", "this node's server certificate (PEM; idctl tls cert create --role server); with --tls-key and --tls-ca")
@@ -507,6 +516,18 @@ func (c *Config) validate() error {
 	}
 	if c.ReapAfter < time.Second {
 		return fmt.Errorf("--reap-after %s must be at least 1s", c.ReapAfter)
+	}
+	for _, b := range []struct {
+		flag string
+		v    int
+	}{
+		{"--grpc-max-handshakes", c.Bounds.Handshakes}, {"--grpc-max-handshakes-per-address", c.Bounds.HandshakesPerAddress},
+		{"--grpc-max-client-conns", c.Bounds.ClientConns}, {"--grpc-max-conns-per-identity", c.Bounds.ConnsPerIdentity},
+		{"--grpc-max-peer-conns", c.Bounds.PeerConns}, {"--grpc-max-streams-per-identity", c.Bounds.StreamsPerIdentity},
+	} {
+		if b.v < 1 {
+			return fmt.Errorf("%s %d, want at least 1", b.flag, b.v)
+		}
 	}
 	if c.MaxCount < 1 || c.MaxCount > generator.MaxBatch {
 		return fmt.Errorf("--max-count %d out of range 1..%d", c.MaxCount, generator.MaxBatch)

@@ -75,6 +75,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	limit, known := openFileLimit()
+	checkDescriptors(cfg.Bounds, limit, known, log)
 	// Ports first: a port in use is reported before the data dir is touched.
 	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
@@ -191,6 +193,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		MaxCount:    cfg.MaxCount,
 		Registerer:  reg,
 		TLS:         sec.grpc,
+		Bounds:      cfg.Bounds,
 	})
 	if err != nil {
 		return err
@@ -205,7 +208,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 	}()
 	go func() {
-		if err := httpSrv.Serve(limitAdmin(httpLis, log)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := httpSrv.Serve(limitAdmin(httpLis, log, srv.DoorRefused)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("http admin server: %w", err)
 		}
 	}()

@@ -15,3 +15,13 @@ func fileOwner(fi fs.FileInfo) (int, bool) {
 	}
 	return int(st.Uid), true
 }
+
+// openFileLimit is the process's limit on open files (Go raises the soft
+// limit to the hard one at start).
+func openFileLimit() (uint64, bool) {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return 0, false
+	}
+	return l.Cur, true
+}

@@ -397,6 +397,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--batch-size", "0"}, nil, "--batch-size 0 out of range"},
 		{[]string{"--buffer-depth", "0"}, nil, "--buffer-depth 0 out of range"},
 		{[]string{"--reap-after", "10ms"}, nil, "--reap-after 10ms must be at least 1s"},
+		{[]string{"--grpc-max-client-conns", "0"}, nil, "--grpc-max-client-conns 0, want at least 1"},
+		{nil, []string{"IDGEN_GRPC_MAX_HANDSHAKES=-1"}, "--grpc-max-handshakes -1, want at least 1"},
 		{[]string{"--grpc-addr", "nonsense"}, nil, "--grpc-addr \"nonsense\""},
 		{[]string{"--raft-addr", "127.0.0.1:0"}, nil, "port 0 is not allowed"},
 		{[]string{"--gossip-profile", "wan"}, nil, "--gossip-profile \"wan\""},

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"bytes"
 	"errors"
 	"net"
 	"runtime"
@@ -28,6 +29,20 @@ func DialSilent(t testing.TB, addr string, n int) []net.Conn {
 		conns = append(conns, c)
 	}
 	return conns
+}
+
+// DialFrom opens a connection to addr from the loopback address ip (all of
+// 127.0.0.0/8 is loopback), as a peer on another host would: bounds per
+// remote address tell them apart. It is closed when the test ends.
+func DialFrom(t testing.TB, ip, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("dial %s from %s: %v", addr, ip, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // AwaitClosed reads from every connection until the other end closes it or
@@ -77,4 +92,24 @@ func SettledGoroutines() int {
 		n = m
 	}
 	return n
+}
+
+// LogBuffer is a log destination many goroutines may write at once; Lines
+// counts the lines written so far.
+type LogBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// Lines is how many lines were written so far.
+func (l *LogBuffer) Lines() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return bytes.Count(l.b.Bytes(), []byte("\n"))
 }

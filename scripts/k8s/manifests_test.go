@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -144,6 +145,39 @@ func load(dir string, files map[string][]byte) (*manifests, error) {
 }
 
 // check holds the objects to what idgen needs of them.
+// checkMemLimit: the container tells the Go runtime its memory limit
+// (GOMEMLIMIT), at most 90% of the container's, so the heap is collected
+// before the kernel kills the pod.
+func checkMemLimit(c corev1.Container) error {
+	limit, ok := c.Resources.Limits[corev1.ResourceMemory]
+	if !ok {
+		return errors.New("the container needs a memory limit")
+	}
+	var soft string
+	for _, e := range c.Env {
+		if e.Name == "GOMEMLIMIT" {
+			soft = e.Value
+		}
+	}
+	if soft == "" {
+		return errors.New("the container must set GOMEMLIMIT, the memory limit the Go runtime knows")
+	}
+	units := map[string]int64{"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+	num := strings.TrimRight(soft, "BKMGTi")
+	n, err := strconv.ParseInt(num, 10, 64)
+	mult, known := units[strings.TrimPrefix(soft, num)]
+	if strings.TrimPrefix(soft, num) == "" {
+		mult, known = 1, true
+	}
+	if err != nil || !known {
+		return fmt.Errorf("GOMEMLIMIT %q is not a byte count (460MiB)", soft)
+	}
+	if bytes := n * mult; bytes > limit.Value()*9/10 {
+		return fmt.Errorf("GOMEMLIMIT %s is over 90%% of the container's memory limit %s", soft, limit.String())
+	}
+	return nil
+}
+
 func (m *manifests) check() error {
 	if len(m.sets) != 1 || len(m.pdbs) != 1 {
 		return fmt.Errorf("want one StatefulSet and one PodDisruptionBudget, have %d and %d", len(m.sets), len(m.pdbs))
@@ -205,6 +239,9 @@ func (m *manifests) check() error {
 		if !slices.ContainsFunc(c.Ports, func(cp corev1.ContainerPort) bool { return cp.Name == p.probe.HTTPGet.Port.String() }) {
 			return fmt.Errorf("probe %s uses port %q, which the container does not name", p.path, p.probe.HTTPGet.Port.String())
 		}
+	}
+	if err := checkMemLimit(c); err != nil {
+		return err
 	}
 	args := expand(c)
 	timeout := 5 * time.Second // idgend's default
@@ -397,6 +434,8 @@ func TestManifestMistakesAreCaught(t *testing.T) {
 		{"grace shorter than shutdown", "statefulset.yaml", "terminationGracePeriodSeconds: 30", "terminationGracePeriodSeconds: 20", "must exceed --shutdown-timeout"},
 		{"another default size", "statefulset.yaml", "replicas: 3", "replicas: 10", "want 3 by default"},
 		{"not headless", "services.yaml", "  clusterIP: None\n", "", "headless"},
+		{"no memory limit the runtime knows", "statefulset.yaml", "            - name: GOMEMLIMIT\n              value: 460MiB\n", "", "GOMEMLIMIT"},
+		{"runtime limit at the container's", "statefulset.yaml", "value: 460MiB", "value: 512MiB", "over 90%"},
 		{"probe on a port not named", "statefulset.yaml", "path: /readyz\n              port: http", "path: /readyz\n              port: admin", `port "admin"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
