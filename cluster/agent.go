@@ -143,6 +143,9 @@ func (n *Node) claim() (*generator.Generator, error) {
 	n.setReason("")
 	n.gen.Store(g)
 	n.logger.Info("claimed slot", "slot", t.Slot, "floor", t.Floor, "tenure", t.ClaimedIndex)
+	// An entry applied since the tenure was read found no generator to
+	// stop: ask the replica again now that there is one.
+	n.stopIfEnded()
 	return g, nil
 }
 
@@ -236,6 +239,13 @@ func (n *Node) claimFailure(err error) string {
 // stops at once. It reports whether the generator is still running.
 // It carries out agentStep's decision (decide.go).
 func (n *Node) followLog(g *generator.Generator) bool {
+	// The agent and stopIfEnded both follow the log: one at a time, and
+	// only for the generator that is still the node's.
+	n.following.Lock()
+	defer n.following.Unlock()
+	if n.gen.Load() != g {
+		return false
+	}
 	tenure := n.tenure.Load()
 	var (
 		t           Tenure
@@ -266,6 +276,19 @@ func (n *Node) followLog(g *generator.Generator) bool {
 		n.window.Store(&heldWindow{slot: g.Slot(), granted: g.Granted()})
 	}
 	return true
+}
+
+// stopIfEnded runs after the replica applies an entry or a snapshot, before
+// Raft applies the next (fsm.afterApply): a generator whose tenure the
+// replica just ended (a Release, a Remove, a fence, another claim) stops
+// there and then, by the agent's own rule (followLog). The agent itself may
+// be blocked in a claim or a reserve for seconds, and past a fence the rest
+// of the window may be another cluster's: the simulator found IDs a holder
+// minted in that gap repeating a younger cluster's.
+func (n *Node) stopIfEnded() {
+	if g := n.gen.Load(); g != nil {
+		n.followLog(g)
+	}
 }
 
 func (n *Node) revoke(g *generator.Generator, cause error) {

@@ -76,6 +76,11 @@ type fsm struct {
 	// changed receives a signal (never blocking) after every applied entry, so
 	// the slot agent notices at once when its slot is taken away.
 	changed chan struct{}
+	// afterApply, if set, runs after every applied entry and restored
+	// snapshot, outside the lock and before Raft applies the next entry:
+	// the node stops a generator whose tenure the replica just ended there
+	// (Node.stopIfEnded), whatever its agent is doing.
+	afterApply func()
 }
 
 func newFSM() *fsm {
@@ -106,9 +111,17 @@ func (f *fsm) Apply(l *raft.Log) interface{} {
 		// does not understand would silently diverge from the others.
 		panic(fmt.Sprintf("idgen fsm: unknown command type %d at index %d: upgrade this node", l.Data[0], l.Index))
 	}
+	res := f.applyLocked(l)
+	f.notify()
+	if f.afterApply != nil {
+		f.afterApply()
+	}
+	return res
+}
+
+func (f *fsm) applyLocked(l *raft.Log) interface{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	defer f.notify()
 	f.state.Index = l.Index
 	c, err := decodeCommand(l.Data)
 	if err != nil {
@@ -409,6 +422,9 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.state = s
 	f.mu.Unlock()
 	f.notify()
+	if f.afterApply != nil {
+		f.afterApply()
+	}
 	return nil
 }
 

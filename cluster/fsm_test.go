@@ -306,9 +306,9 @@ func (s *memSink) ID() string    { return "mem" }
 func (s *memSink) Cancel() error { s.cancelled = true; return nil }
 func (s *memSink) Close() error  { return nil }
 
-func TestSnapshotRestoreRoundTrip(t *testing.T) {
-	f := newFSM()
-	applyAll(t, f, initCmd(), claimCmd("a", -1), claimCmd("b", 1), reserveCmd("a", 0, 77), releaseCmd("b"))
+// persisted is f's snapshot, persisted as Raft's store would keep it.
+func persisted(t *testing.T, f *fsm) *memSink {
+	t.Helper()
 	snap, err := f.Snapshot()
 	if err != nil {
 		t.Fatal(err)
@@ -317,9 +317,16 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 	if err := snap.Persist(&sink); err != nil {
 		t.Fatal(err)
 	}
+	return &sink
+}
+
+func TestSnapshotRestoreRoundTrip(t *testing.T) {
+	f := newFSM()
+	applyAll(t, f, initCmd(), claimCmd("a", -1), claimCmd("b", 1), reserveCmd("a", 0, 77), releaseCmd("b"))
+	sink := persisted(t, f)
 	g := newFSM()
 	applyAll(t, g, initCmd(), claimCmd("stale", -1)) // Restore must replace, not merge
-	if err := g.Restore(io.NopCloser(&sink)); err != nil {
+	if err := g.Restore(io.NopCloser(sink)); err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(f.state, g.state) {
@@ -560,5 +567,39 @@ func TestRestoreRefusesStatesApplyCannotMake(t *testing.T) {
 		if err := restore(s); err == nil {
 			t.Errorf("%s: restored", name)
 		}
+	}
+}
+
+// TestAfterApplySeesEachEntryBeforeTheNext: the hook the node stops an
+// ended tenure's generator from runs after every applied entry and every
+// restored snapshot, outside the lock (it reads the state through view),
+// and sees the state that entry made, before the next is applied.
+func TestAfterApplySeesEachEntryBeforeTheNext(t *testing.T) {
+	f := newFSM()
+	var seen []uint64
+	var owners []string
+	f.afterApply = func() {
+		f.view(func(s *state) {
+			seen = append(seen, s.Index)
+			owner := "-"
+			if len(s.Slots) > 0 {
+				owner = s.Slots[0].Owner
+			}
+			owners = append(owners, owner)
+		})
+	}
+	applyAll(t, f, initCmd(), claimCmd("a", -1), releaseCmd("a"))
+	if !reflect.DeepEqual(seen, []uint64{1, 2, 3}) || !reflect.DeepEqual(owners, []string{"", "a", ""}) {
+		t.Fatalf("after each apply the hook saw indexes %v and slot 0 owners %v, want [1 2 3] and [\"\" a \"\"]", seen, owners)
+	}
+	sink := persisted(t, f)
+	g := newFSM()
+	called := 0
+	g.afterApply = func() { g.view(func(s *state) { called += int(s.Index) }) }
+	if err := g.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	if called != 3 {
+		t.Fatalf("after a restore the hook saw index sum %d, want 3 (called once, on the restored state)", called)
 	}
 }

@@ -255,7 +255,9 @@ type Node struct {
 	shutdownOnce sync.Once
 	shutdownCh   chan struct{}
 	leaving      atomic.Bool
-	wg           sync.WaitGroup
+	// following serializes followLog: the agent and stopIfEnded.
+	following sync.Mutex
+	wg        sync.WaitGroup
 
 	// sweeps counts the reconcile sweeps this node ran as leader (tests).
 	sweeps atomic.Uint64
@@ -304,6 +306,7 @@ func Open(cfg Config) (*Node, error) {
 		peerLog:    door.NewRateLog(logger, peerLogEvery),
 		notReady:   door.NewRateLog(logger, peerLogEvery),
 	}
+	n.fsm.afterApply = n.stopIfEnded
 	n.setReason("starting")
 	n.recorded.Store(recorded)
 	local := meta{

@@ -3,6 +3,7 @@ package cluster
 import (
 	"flag"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -43,7 +44,7 @@ func TestSimulate(t *testing.T) {
 	}
 	t.Logf("seeds %d.. (at most %d seeds or %v)", first, seeds, budget)
 	start := time.Now()
-	var events, minted, clusters, wrongCluster, forged int
+	var events, minted, clusters, wrongCluster, forged, meetings, fenced, fences, beforeFence int
 	var acts [actPromote + 1]int
 	var settle, worst time.Duration // time from the faults' end to liveness for good
 	var worstSeed int64
@@ -58,6 +59,16 @@ func TestSimulate(t *testing.T) {
 		minted += w.minted
 		clusters += len(w.cls)
 		wrongCluster += w.wrongCluster
+		beforeFence += w.beforeFence
+		fences += w.fences
+		for _, c := range w.cls {
+			if c.met {
+				meetings++
+			}
+			if c.fencedAt != 0 {
+				fenced++
+			}
+		}
 		forged += w.forgedRefused
 		for k, c := range w.memberActs {
 			acts[k] += c
@@ -74,6 +85,8 @@ func TestSimulate(t *testing.T) {
 		(settle / time.Duration(max(n, 1))).Round(time.Millisecond), worst.Round(time.Millisecond), worstSeed, simLiveBound)
 	t.Logf("the known sequences, reached: %d forwards refused as another cluster's (a wiped leader's new cluster at its address), "+
 		"%d forged claims with a datacenter outside the layout refused", wrongCluster, forged)
+	t.Logf("meetings of a younger cluster with its older one: %d, fenced by the older leader in %d (fenceForeign's commands written: %d); "+
+		"IDs both handed out before the fence (the meeting's window): %d", meetings, fenced, fences, beforeFence)
 	t.Logf("reconcile sweeps (the shipped sweepProbes and sweepActions) carried out: %d reaps, %d non-voters added, %d promotions, %d moves",
 		acts[actReap], acts[actAddNonvoter], acts[actPromote], acts[actMoveAddr])
 }
@@ -115,6 +128,23 @@ var simKnownSeeds = []struct {
 }{
 	{42654530852680, "world: a node that shut down after its leave was re-added as a voter by a heartbeat in the same step; the lone survivor then lacked the quorum of clocks for every reserve (liveness)"},
 	{45319, "a deposed leader answers \"not owner\" for a tenure its successor committed; the old agent stopped that valid generator on the answer (the mutation table's last row, first found at this seed)"},
+	{86114393541491, "meetings: the older leader fenced a younger cluster's window on its own slot, but its generator minted on into that window until its agent's next pass; an ID of the younger cluster handed out again (TestSimulatorFindsTheLateStop)"},
+}
+
+// TestSimulatorFindsTheLateStop replays the seed that found the gap a fence
+// fell into: with the generator stopped only by the agent's next pass (as
+// before fsm.afterApply), the older cluster's leader, holder of the fenced
+// slot, hands out an ID the younger cluster handed out; with the stop on
+// apply, the same schedule passes.
+func TestSimulatorFindsTheLateStop(t *testing.T) {
+	const seed = 86114393541491
+	w := newSimWorld(seed, simFaults{lateStop: true}, nil)
+	if err := w.run(); err == nil || !strings.Contains(err.Error(), "handed out twice") {
+		t.Fatalf("seed %d with the late stop: %v, want an ID handed out twice", seed, err)
+	}
+	if err := newSimWorld(seed, simFaults{}, nil).run(); err != nil {
+		t.Fatalf("seed %d: %v", seed, err)
+	}
 }
 
 // TestSimulateKnownSeeds replays every schedule in simKnownSeeds.
@@ -162,8 +192,7 @@ func TestNotOwnerAnswerIsAHint(t *testing.T) {
 	if _, res := w.appendEntry(n.cl, command{Type: cmdRelease, NodeID: n.id, Tenure: tenure, ClusterID: n.cl.id}); res != (result{Slot: slot}) {
 		t.Fatalf("release of tenure %d: %v", tenure, res)
 	}
-	n.catchUp(len(n.cl.log))
-	w.follow(n)
+	n.catchUp(len(n.cl.log)) // the apply stops it (stopIfEnded)
 	if n.gen != nil {
 		t.Fatalf("%s's generator runs on after its replica shows tenure %d released", n.name(), tenure)
 	}

@@ -79,6 +79,10 @@ type simFaults struct {
 	// wiped leader's duplicate of DESIGN.md, "A node mints only from its own log".
 	adoptForwards bool
 	trustAnswers  bool
+	// lateStop: a replica's apply does not stop a generator whose tenure it
+	// ended (no fsm.afterApply); only the agent's next pass does, as before
+	// the meeting model found the gap a fence falls into.
+	lateStop bool
 }
 
 // The prefetch buffer (rpc's Server): batches of simBatch IDs minted ahead,
@@ -138,6 +142,16 @@ type simCluster struct {
 	servers []raft.Server // the Raft configuration (addresses: raftAddr)
 	younger bool          // bootstrapped by a wiped node: see simNode.conflict
 	meetAt  time.Duration
+	// older: the cluster a younger one's founder was wiped from, which
+	// meets it at meetAt and fences its windows (foreignFences and
+	// fenceCommands, as the older leader's fenceForeign runs them); met:
+	// the meeting happened; fencedAt: the length of the older log once its
+	// leader found nothing left to fence (0: not yet). An ID the older
+	// cluster mints from a replica that has applied that far never repeats
+	// one of this cluster's.
+	older    *simCluster
+	met      bool
+	fencedAt int
 	// electAt: the quiet phase elects a leader by then (0: none due).
 	electAt time.Duration
 	// lastSweep: when its leader last ran a reconcile sweep.
@@ -216,13 +230,15 @@ type simNode struct {
 	noRoom                                           bool
 }
 
-// simBatchOf is a batch in a prefetch buffer and who minted it.
+// simBatchOf is a batch in a prefetch buffer and who minted it; applied
+// is how much of its cluster's log the minting replica had applied.
 type simBatchOf struct {
-	ids    []int64
-	cl     *simCluster
-	nodeID string
-	tenure uint64
-	slot   int
+	ids     []int64
+	cl      *simCluster
+	nodeID  string
+	tenure  uint64
+	slot    int
+	applied int
 }
 
 type simReq struct {
@@ -280,6 +296,11 @@ type simWorld struct {
 	// address); forgedRefused counts forged forwards a leader refused by
 	// the layout checks.
 	wrongCluster, forgedRefused int
+	// beforeFence counts IDs two clusters both handed out before the older
+	// one had fenced the younger (the meeting's window).
+	beforeFence int
+	// fences counts the commands the older leaders' fences wrote.
+	fences int
 	// memberActs counts the reconcile actions carried out, by kind.
 	memberActs [actPromote + 1]int
 	// quietAt: when faults stopped (0: not yet); unliveAt: the last time
@@ -473,6 +494,16 @@ func (n *simNode) catchUp(upTo int) {
 	for n.applied < upTo && n.applied < len(n.cl.log) {
 		n.applied++
 		simApply(n.replica, uint64(n.applied), n.cl.log[n.applied-1])
+		n.stopIfEnded()
+	}
+}
+
+// stopIfEnded is the node's fsm.afterApply (Node.stopIfEnded): a generator
+// whose tenure the replica just ended stops there and then, by the agent's
+// rule, whatever the agent is doing.
+func (n *simNode) stopIfEnded() {
+	if n.gen != nil && !n.w.cfg.faults.lateStop {
+		n.w.follow(n)
 	}
 }
 
@@ -933,7 +964,7 @@ func (w *simWorld) produce(n *simNode) {
 	if err != nil {
 		return
 	}
-	n.buf = append(n.buf, simBatchOf{ids: ids, cl: n.cl, nodeID: n.id, tenure: n.tenure, slot: n.gen.Slot()})
+	n.buf = append(n.buf, simBatchOf{ids: ids, cl: n.cl, nodeID: n.id, tenure: n.tenure, slot: n.gen.Slot(), applied: n.applied})
 }
 
 // takeBuffered is rpc's takeBuffered: generator.TakeRuleFor decides from
@@ -958,10 +989,11 @@ func (w *simWorld) takeBuffered(n *simNode) (simBatchOf, bool) {
 }
 
 // draw is a client asking n for a batch, from its prefetch buffer or minted
-// directly; every ID is checked as it is handed out. Clients never reach a
-// younger cluster before it meets the older one (gossip is not modelled).
+// directly; every ID is checked as it is handed out. A younger cluster has
+// clients of its own until it meets the older one (a wiped seed that
+// bootstrapped alone serves whoever dials it).
 func (w *simWorld) draw(n *simNode) {
-	if !n.awake() || n.cl == nil || (n.cl.younger && !n.conflict) {
+	if !n.awake() || n.cl == nil {
 		return
 	}
 	if w.r.Intn(2) == 0 {
@@ -981,7 +1013,7 @@ func (w *simWorld) draw(n *simNode) {
 		}
 		return
 	}
-	w.handOut(n, simBatchOf{ids: ids, cl: n.cl, nodeID: n.id, tenure: n.tenure, slot: n.gen.Slot()})
+	w.handOut(n, simBatchOf{ids: ids, cl: n.cl, nodeID: n.id, tenure: n.tenure, slot: n.gen.Slot(), applied: n.applied})
 }
 
 // handOut checks every ID of b as n hands it out: never handed out before,
@@ -994,6 +1026,14 @@ func (w *simWorld) handOut(n *simNode, b simBatchOf) {
 		slot := int(id>>simLayout.SequenceBits) & (simLayout.Slots() - 1)
 		who := simMint{n.name(), b.cl.id, b.tenure, slot, ts}
 		if prev, dup := w.ids[id]; dup {
+			if prev.cluster != who.cluster && !w.afterFence(b, prev.cluster) {
+				// Two clusters before they met, or an ID the older one
+				// minted before its fence: the meeting's window, which no
+				// fence can take back (DESIGN.md, "A node mints only from
+				// its own log").
+				w.beforeFence++
+				continue
+			}
 			w.fail("ID %d handed out twice: by %s and earlier by %s", id, who, prev)
 			return
 		}
@@ -1008,6 +1048,48 @@ func (w *simWorld) handOut(n *simNode, b simBatchOf) {
 		}
 	}
 	w.minted += len(b.ids)
+}
+
+// afterFence: b was minted in a cluster that met the younger cluster
+// other and had fenced it, by a replica that had applied the fence.
+func (w *simWorld) afterFence(b simBatchOf, other string) bool {
+	for _, c := range w.cls {
+		if c.id == other && c.older == b.cl && c.fencedAt != 0 {
+			return b.applied >= c.fencedAt
+		}
+	}
+	return false
+}
+
+// fenceMet is the older cluster's fenceForeign for a younger cluster c it
+// has met: its leader, once ready, takes c's windows as c's members prove
+// them (every slot's largest window in c's log, and each member's own) and
+// writes what fenceCommands decides, one command a step, until nothing is
+// left to fence.
+func (w *simWorld) fenceMet(c *simCluster) {
+	o := c.older
+	l := o.leader
+	if l == nil || !l.ready || !l.awake() || l.conflict || !w.quorum(o) {
+		return
+	}
+	proofs := []foreignProof{{id: c.id, cluster: c.id, slot: -1, windows: c.truth.state.grantedWindows(), layout: simLayout}}
+	for _, n := range w.nodes {
+		if n.cl == c && n.up && n.gen != nil {
+			proofs = append(proofs, foreignProof{id: n.id, cluster: c.id, slot: n.gen.Slot(), granted: n.gen.Granted(), layout: simLayout})
+		}
+	}
+	l.catchUp(len(o.log))
+	for _, f := range foreignFences(proofs, simLayout) {
+		for _, cmd := range fenceCommands(l.replica.state, f, o.id) {
+			idx, res := w.appendEntry(o, cmd)
+			l.catchUp(int(idx))
+			w.fences++
+			w.logf("%s fences slot %d of %s up to %d: %s at %d: %v", l.name(), f.slot, c.id, f.upTo, cmd.Type, idx, res)
+			return
+		}
+	}
+	c.fencedAt = len(o.log)
+	w.logf("%s has fenced every window of %s (at %d)", l.name(), c.id, c.fencedAt)
 }
 
 // checkTenures: no two tenures of a slot overlap, in a cluster's log.
@@ -1101,6 +1183,7 @@ func (w *simWorld) restore(n *simNode, data []byte, at int) {
 		return
 	}
 	n.replica, n.applied = f, at
+	n.stopIfEnded()
 }
 
 // installSnapshot is Raft's InstallSnapshot: a follower far behind gets the
@@ -1176,7 +1259,7 @@ func (w *simWorld) wipe(n *simNode) {
 	w.logf("%s is wiped", n.name())
 	if old != nil && w.r.Float64() < w.cfg.wipeNewCluster {
 		c := w.bootstrap(n)
-		c.younger = true
+		c.younger, c.older = true, old
 		c.meetAt = w.now + time.Duration(w.r.Int63n(int64(simMaxAhead)))
 		return
 	}
@@ -1214,8 +1297,11 @@ func (w *simWorld) step() {
 					n.conflict = true
 				}
 			}
-			c.meetAt = 0
+			c.meetAt, c.met = 0, true
 			w.logf("%s meets the older cluster and stops", c.id)
+		}
+		if c.met && c.fencedAt == 0 && c.older != nil {
+			w.fenceMet(c)
 		}
 	}
 	for _, n := range w.nodes {
