@@ -97,6 +97,8 @@ type gossip struct {
 	list   *memberlist.Memberlist
 	logger *slog.Logger
 	noise  *door.RateLog // memberlist's warnings and errors
+	// updating serializes UpdateNode calls (updateMeta).
+	updating sync.Mutex
 
 	mu      sync.Mutex
 	local   meta
@@ -255,6 +257,11 @@ func (g *gossip) updateMeta(fn func(m *meta)) {
 	changed := before != g.local
 	g.mu.Unlock()
 	if changed {
+		// memberlist's UpdateNode reads its own node's state unlocked while
+		// another call's alive message writes it: one call at a time (the
+		// race detector caught the agent's and housekeeping's together).
+		g.updating.Lock()
+		defer g.updating.Unlock()
 		if err := g.list.UpdateNode(time.Second); err != nil {
 			g.logger.Warn("gossip metadata update", "err", err)
 		}

@@ -95,19 +95,23 @@ type clusterAge struct {
 // two) two clusters' histories count as a tie.
 const historyMargin = 16
 
-// outranks reports whether a keeps serving when it meets b. A cluster that
-// can issue outranks one that cannot (a survivor of a cluster that lost its
-// quorum for good never stops the cluster built to replace it: otherwise
-// nobody issues). Between two that serve, or two that do not, the cluster
-// with clearly more committed history wins (at least twice b's, plus a
-// margin); only when the two are close does the creation time decide, then
-// the ID. Creation times are the bootstrapping nodes' clocks: a wiped seed
-// whose clock is behind would otherwise stop the cluster that has been
-// serving.
+// outranks reports whether a keeps serving when it meets b. Only a cluster
+// that can issue stops another: one that cannot (no leader known for
+// leaderGrace) stops nobody, so a survivor of a cluster that lost its
+// quorum for good never stops the cluster built to replace it, and two that
+// both lack a leader for a moment (a restart, an election) stop neither for
+// good; once one serves again it decides. A cluster that serves outranks
+// one that does not. Between two that serve, the cluster with clearly more
+// committed history wins (at least twice b's, plus a margin); only when the
+// two are close does the creation time decide, then the ID. Creation times
+// are the bootstrapping nodes' clocks: a wiped seed whose clock is behind
+// would otherwise stop the cluster that has been serving.
 func (a clusterAge) outranks(b clusterAge) bool {
 	switch {
-	case a.serving != b.serving:
-		return a.serving
+	case !b.serving:
+		return true
+	case !a.serving:
+		return false
 	case a.history >= 2*b.history+historyMargin:
 		return true
 	case b.history >= 2*a.history+historyMargin:

@@ -318,3 +318,33 @@ func TestFenceCommands(t *testing.T) {
 		}
 	}
 }
+
+// TestOutranks is the meeting rule: only a cluster that serves stops
+// another; one that serves outranks one that does not; between two that
+// serve, clearly more history wins, and close histories go to the older
+// creation time.
+func TestOutranks(t *testing.T) {
+	old := identity{ID: "old", Created: 1}
+	young := identity{ID: "young", Created: 2}
+	age := func(id identity, history uint64, serving bool) clusterAge {
+		return clusterAge{identity: id, history: history, serving: serving}
+	}
+	for _, c := range []struct {
+		name           string
+		a, b           clusterAge
+		aKeeps, bKeeps bool
+	}{
+		{"the serving replacement of a dead cluster's survivor", age(young, 10, true), age(old, 5000, false), true, false},
+		{"two without a leader for a moment: neither stops for good", age(young, 10, false), age(old, 5000, false), true, true},
+		{"two serving: clearly more history wins", age(young, 10, true), age(old, 5000, true), false, true},
+		{"two serving: clearly more history wins, even if younger", age(young, 5000, true), age(old, 10, true), true, false},
+		{"two serving, close histories: the older creation wins", age(young, 100, true), age(old, 90, true), false, true},
+	} {
+		if got := c.a.outranks(c.b); got != c.aKeeps {
+			t.Errorf("%s: a.outranks(b) = %v, want %v", c.name, got, c.aKeeps)
+		}
+		if got := c.b.outranks(c.a); got != c.bKeeps {
+			t.Errorf("%s: b.outranks(a) = %v, want %v", c.name, got, c.bKeeps)
+		}
+	}
+}

@@ -232,6 +232,11 @@ func (s *clusterStreamLayer) refused(remote net.Addr, err error) {
 	var ne net.Error
 	var other *otherClusterError
 	switch {
+	case errors.As(err, &other) && other.theirs == "":
+		// A fellow founder's connection from before this node had a
+		// cluster: it dials again, naming the cluster now.
+		s.refusals.Log(slog.LevelDebug, "before cluster", peer, "closed a Raft connection greeted before either side had a cluster; it is dialled again",
+			"remote", rs, "own_cluster", other.ours)
 	case errors.As(err, &other):
 		s.refusals.Log(slog.LevelError, "other cluster", peer,
 			"refused Raft traffic from another cluster (a leader still dialling an old member's address?)",
@@ -287,7 +292,9 @@ func (c *greetedConn) Read(p []byte) (int, error) {
 	if err := c.check(); err != nil {
 		c.layer.refused(c.RemoteAddr(), err)
 		c.Conn.Close()
-		return 0, err
+		// Raft logs every read error but EOF at ERROR; refused has
+		// logged this one, rate-limited.
+		return 0, io.EOF
 	}
 	return c.r.Read(p)
 }

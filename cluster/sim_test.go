@@ -113,7 +113,15 @@ type simConfig struct {
 	// claim of theirs is refused. They gossip like the others, and the
 	// leader must never make them voters (canTakePart). One world in three.
 	strangers int
-	faults    simFaults
+	// doom: at a third of the faults the first cluster loses its quorum
+	// for good (a majority of its voters crash and never come back); one
+	// node of it survives, and the operator builds a replacement cluster
+	// from the others, which meets the survivor only after leaderGrace.
+	// The replacement serves and the survivor cannot: the replacement must
+	// win. One world in five of four or more nodes.
+	doom   bool // (cleared once tried)
+	doomed bool // it happened
+	faults simFaults
 }
 
 func newSimConfig(r *rand.Rand) simConfig {
@@ -152,6 +160,18 @@ type simCluster struct {
 	older    *simCluster
 	met      bool
 	fencedAt int
+	// The meeting is decided by the shipped rule (clusterAge.outranks)
+	// over what each side is: serving (a ready leader within leaderGrace,
+	// as a member's leaderKnown says), its history and identity. won: this
+	// younger cluster outranked its older one, which stopped (stopped) and
+	// is fenced by this one's leader instead (fencedBy: who fences this
+	// cluster's windows; nil for the older one when it won).
+	won, stopped bool
+	fencedBy     *simCluster
+	// servedAt: when it last had a ready leader; created: its place in
+	// w.cls (bootstrap order).
+	servedAt time.Duration
+	created  int
 	// electAt: the quiet phase elects a leader by then (0: none due).
 	electAt time.Duration
 	// lastSweep: when its leader last ran a reconcile sweep.
@@ -193,9 +213,11 @@ type simNode struct {
 	conflict bool
 
 	// downAt: when it last crashed; left: its leave ended in shutdown, and
-	// gossip shows it left rather than dead.
+	// gossip shows it left rather than dead; gone: it crashed for good (a
+	// doomed world's lost majority), and never restarts.
 	downAt time.Duration
 	left   bool
+	gone   bool
 
 	// leader side
 	ls           leaderState   // reconcile's bookkeeping, new with each leadership
@@ -301,6 +323,8 @@ type simWorld struct {
 	beforeFence int
 	// fences counts the commands the older leaders' fences wrote.
 	fences int
+	// replacement: the cluster a doomed world's operator built.
+	replacement *simCluster
 	// memberActs counts the reconcile actions carried out, by kind.
 	memberActs [actPromote + 1]int
 	// quietAt: when faults stopped (0: not yet); unliveAt: the last time
@@ -368,6 +392,9 @@ func newSimWorld(seed int64, faults simFaults, tweak func(*simConfig)) *simWorld
 	if sr := rand.New(rand.NewSource(seed ^ 0x57a4)); sr.Intn(3) == 0 {
 		cfg.strangers = 1 + sr.Intn(cfg.nodes-2)
 	}
+	if dr := rand.New(rand.NewSource(seed ^ 0xd00d)); cfg.nodes-cfg.strangers >= 4 && !cfg.calm && dr.Intn(5) == 0 {
+		cfg.doom = true
+	}
 	cfg.faults = faults
 	if tweak != nil {
 		tweak(&cfg)
@@ -402,7 +429,7 @@ func (w *simWorld) newNodeID(addr, life int) string {
 // bootstrap makes n the leader of a new cluster with an empty log; its
 // first entry is the Init its leader's establish writes.
 func (w *simWorld) bootstrap(n *simNode) *simCluster {
-	c := &simCluster{id: fmt.Sprintf("cluster%d", len(w.cls)), truth: newFSM()}
+	c := &simCluster{id: fmt.Sprintf("cluster%d", len(w.cls)), truth: newFSM(), created: len(w.cls)}
 	c.addServer(n, true)
 	w.cls = append(w.cls, c)
 	n.cl = c
@@ -1005,7 +1032,12 @@ func (w *simWorld) draw(n *simNode) {
 	if n.gen == nil || n.conflict {
 		return
 	}
+	// Draws of every size a call may ask: mostly a few IDs, now and then
+	// several units' worth (a unit holds 1<<SequenceBits per slot).
 	k := 1 + w.r.Intn(12)
+	if w.r.Intn(8) == 0 {
+		k = 1 + w.r.Intn(6<<simLayout.SequenceBits)
+	}
 	ids, err := n.gen.NextBatch(simCanceled, k)
 	if err != nil {
 		if w.quietAt != 0 && errors.Is(err, generator.ErrWindowExhausted) {
@@ -1050,24 +1082,145 @@ func (w *simWorld) handOut(n *simNode, b simBatchOf) {
 	w.minted += len(b.ids)
 }
 
+// age is what a member of c says of its cluster when another cluster's
+// node asks (its Status): serving while it knows a leader, within
+// leaderGrace of the last ready one (Node.leaderKnown).
+func (w *simWorld) age(c *simCluster) clusterAge {
+	serving := c.servedAt != 0 && w.now-c.servedAt < leaderGrace
+	return clusterAge{identity: identity{ID: c.id, Created: c.truth.state.Created}, history: coarseIndex(uint64(len(c.log))), serving: serving}
+}
+
+// inGossip: c's nodes are in the network's gossip: a younger cluster
+// once its meeting is due.
+func (w *simWorld) inGossip(c *simCluster) bool { return !c.younger || c.met }
+
+// meet is a younger cluster y and an older one o in each other's gossip,
+// each step until one stops: whenever both have a node awake (to ask and
+// to answer), each side runs the shipped rule (clusterAge.outranks) on
+// what the other's member says; a side that does not keep serving stops,
+// every node of it (and drops its buffer), and the other's leader fences
+// it. A cluster that can issue stopped for one that cannot fails the run:
+// nobody would issue.
+func (w *simWorld) meet(y, o *simCluster) {
+	awake := func(c *simCluster) bool {
+		for _, n := range w.nodes {
+			if n.cl == c && n.awake() {
+				return true
+			}
+		}
+		return false
+	}
+	if !awake(y) || !awake(o) {
+		return
+	}
+	ay, ao := w.age(y), w.age(o)
+	var win, lose *simCluster
+	switch {
+	case !ay.outranks(ao):
+		win, lose = o, y
+	case !ao.outranks(ay):
+		win, lose = y, o
+	default:
+		return // neither serves: neither stops, and the meeting goes on
+	}
+	win.won = win.won || win.younger
+	if aw, al := w.age(win), w.age(lose); al.serving && !aw.serving {
+		w.fail("%s stopped on meeting %s: it serves (%s) and the other cannot (%s)", lose.id, win.id, al, aw)
+		return
+	}
+	lose.stopped, lose.fencedBy = true, win
+	for _, n := range w.nodes {
+		if n.cl == lose {
+			n.conflict = true
+		}
+	}
+	w.logf("%s (%s) meets %s (%s): %s stops", y.id, ay, o.id, ao, lose.id)
+}
+
+// home is the cluster a node without one joins: the replacement a doomed
+// world's operator built, else the first cluster that still serves its
+// clients (not stopped, and not a younger one that has not won).
+func (w *simWorld) home() *simCluster {
+	if w.replacement != nil && !w.replacement.stopped {
+		return w.replacement
+	}
+	for _, c := range w.cls {
+		if !c.stopped && (!c.younger || c.won) {
+			return c
+		}
+	}
+	return nil
+}
+
+// doom is the first cluster losing its quorum for good (simConfig.doom):
+// one up node of it survives; of the others, each crashes for good or is
+// wiped by the operator into the replacement cluster (at least one is),
+// and those already down never come back. The replacement meets the
+// survivor after leaderGrace.
+func (w *simWorld) doom() {
+	w.cfg.doom = false
+	c := w.cls[0]
+	if c.stopped || c.truth.state.Layout == nil {
+		return
+	}
+	var mine []*simNode
+	for _, n := range w.nodes {
+		if n.cl == c && !n.stranger() {
+			mine = append(mine, n)
+		}
+	}
+	var up []*simNode
+	for _, n := range mine {
+		if n.up {
+			up = append(up, n)
+		}
+	}
+	if len(up) < 2 {
+		return
+	}
+	survivor := up[w.r.Intn(len(up))]
+	var wipe []*simNode
+	for _, n := range mine {
+		switch {
+		case n == survivor:
+		case !n.up:
+			n.gone = true
+		case len(wipe) == 0 || w.r.Intn(2) == 0:
+			wipe = append(wipe, n)
+		default:
+			w.crash(n)
+			n.gone = true
+		}
+	}
+	w.cfg.doomed = true
+	w.logf("%s loses its quorum for good; %s survives", c.id, survivor.name())
+	for _, n := range wipe {
+		w.wipe(n)
+		if w.replacement == nil {
+			w.replacement = n.cl
+		}
+	}
+	w.replacement.meetAt = w.now + leaderGrace + time.Duration(w.r.Int63n(int64(simMaxAhead)))
+}
+
 // afterFence: b was minted in a cluster that met the younger cluster
 // other and had fenced it, by a replica that had applied the fence.
 func (w *simWorld) afterFence(b simBatchOf, other string) bool {
 	for _, c := range w.cls {
-		if c.id == other && c.older == b.cl && c.fencedAt != 0 {
+		if c.id == other && c.fencedBy == b.cl && c.fencedAt != 0 {
 			return b.applied >= c.fencedAt
 		}
 	}
 	return false
 }
 
-// fenceMet is the older cluster's fenceForeign for a younger cluster c it
-// has met: its leader, once ready, takes c's windows as c's members prove
-// them (every slot's largest window in c's log, and each member's own) and
-// writes what fenceCommands decides, one command a step, until nothing is
-// left to fence.
+// fenceMet is fenceForeign of the cluster that won a meeting (c.fencedBy)
+// for the cluster c that stopped: its leader, once ready, takes c's windows
+// as c's members prove them (every slot's largest window in c's log, and
+// each member's own) and writes what fenceCommands decides, one command a
+// step, until nothing is left to fence.
 func (w *simWorld) fenceMet(c *simCluster) {
-	o := c.older
+	o := c.fencedBy
 	l := o.leader
 	if l == nil || !l.ready || !l.awake() || l.conflict || !w.quorum(o) {
 		return
@@ -1257,14 +1410,28 @@ func (w *simWorld) wipe(n *simNode) {
 	n.up = true
 	n.believed, n.nextClaim = nil, 0
 	w.logf("%s is wiped", n.name())
-	if old != nil && w.r.Float64() < w.cfg.wipeNewCluster {
+	doomed := w.cfg.doomed && old == w.cls[0]
+	if doomed && w.replacement == nil {
+		// The operator's replacement for a cluster that lost its quorum for
+		// good: it meets the survivor later (doom).
+		c := w.bootstrap(n)
+		c.younger, c.older = true, old
+		return
+	}
+	// (A stranger never founds a cluster of its own: nobody in it could
+	// claim, and what it would outrank is not modelled.)
+	if old != nil && !old.stopped && !doomed && w.r.Float64() < w.cfg.wipeNewCluster && !n.stranger() {
 		c := w.bootstrap(n)
 		c.younger, c.older = true, old
 		c.meetAt = w.now + time.Duration(w.r.Int63n(int64(simMaxAhead)))
 		return
 	}
-	if old == nil {
-		old = w.cls[0]
+	if old == nil || old.stopped || doomed {
+		old = w.home()
+	}
+	if old == nil { // every cluster stopped: the node founds one of its own
+		w.bootstrap(n)
+		return
 	}
 	n.cl = old // its leader's reconcile sweep adds it to the configuration
 }
@@ -1275,6 +1442,9 @@ func (w *simWorld) step() {
 	w.now += time.Duration(w.r.Intn(20)+1) * time.Millisecond
 	if w.quietAt == 0 && w.events > w.cfg.events*4/5 {
 		w.beginQuiet()
+	}
+	if w.cfg.doom && w.events > w.cfg.events/3 {
+		w.doom()
 	}
 	defer func() {
 		if w.quietAt != 0 {
@@ -1291,16 +1461,20 @@ func (w *simWorld) step() {
 				w.elect(c, n)
 			}
 		}
-		if c.younger && c.meetAt != 0 && w.now >= c.meetAt {
-			for _, n := range w.nodes {
-				if n.cl == c {
-					n.conflict = true
-				}
-			}
-			c.meetAt, c.met = 0, true
-			w.logf("%s meets the older cluster and stops", c.id)
+		if l := c.leader; l != nil && l.ready && l.awake() && w.quorum(c) {
+			c.servedAt = w.now
 		}
-		if c.met && c.fencedAt == 0 && c.older != nil {
+		if c.younger && c.meetAt != 0 && w.now >= c.meetAt {
+			c.meetAt, c.met = 0, true
+		}
+		// Every cluster on the gossip network (a younger one once its
+		// meeting is due) meets every other there that has not stopped.
+		for _, d := range w.cls {
+			if d != c && w.inGossip(c) && w.inGossip(d) && !c.stopped && !d.stopped && c.younger && (!d.younger || d.created < c.created) {
+				w.meet(c, d)
+			}
+		}
+		if c.stopped && c.fencedAt == 0 && c.fencedBy != nil {
 			w.fenceMet(c)
 		}
 	}
@@ -1383,20 +1557,25 @@ func (w *simWorld) step() {
 			w.crash(n)
 		}
 	case 8:
-		if n := w.pickNode(func(n *simNode) bool { return spare(n) && w.keepsQuorum(n.cl, n.id, false) }); n != nil {
+		if n := w.pickNode(func(n *simNode) bool { return spare(n) && !n.gone && w.keepsQuorum(n.cl, n.id, false) }); n != nil {
 			w.wipe(n)
 		}
 	case 9:
 		if n := w.pickNode(up); n != nil {
 			n.offset += time.Duration(w.r.Int63n(int64(2*time.Second))) - time.Second
-			if w.r.Intn(2) == 0 {
+			switch w.r.Intn(16) {
+			case 0, 1, 2, 3, 4, 5, 6, 7:
 				n.offset = time.Duration(w.r.Int63n(int64(simMaxSkew))) - simMaxSkew/2
+			case 8: // minutes or hours off, either way (a bad NTP step, a VM's RTC)
+				n.offset = time.Duration(w.r.Int63n(int64(4*time.Hour))) - 2*time.Hour
+			case 9: // before the layout's epoch (an RTC reset to 2000)
+				n.offset = -w.base.Sub(time.Unix(946684800, 0))
 			}
 			w.logf("%s clock offset now %v", n.name(), n.offset)
 		}
 	case 10: // an operator removes a member (idctl remove): its slot is freed
 		c := w.cls[0]
-		if l := c.leader; l != nil && l.ready && len(c.servers) > 1 && w.quorum(c) {
+		if l := c.leader; l != nil && l.ready && !l.conflict && len(c.servers) > 1 && w.quorum(c) {
 			id := string(c.servers[w.r.Intn(len(c.servers))].ID)
 			if id != l.id && w.keepsQuorum(c, id, true) {
 				idx, res := w.appendEntry(c, command{Type: cmdRemove, NodeID: id, ClusterID: c.id})
@@ -1406,7 +1585,7 @@ func (w *simWorld) step() {
 			}
 		}
 	case 11: // restart a crashed node (not in the quiet phase: all restarted at its start, and one that leaves in it stays away), or elect where there is no leader
-		if n := w.pickNode(func(n *simNode) bool { return !n.up }); n != nil && w.r.Intn(2) == 0 && faults {
+		if n := w.pickNode(func(n *simNode) bool { return !n.up && !n.gone }); n != nil && w.r.Intn(2) == 0 && faults {
 			w.restart(n)
 			return
 		}
@@ -1472,7 +1651,7 @@ func (w *simWorld) beginQuiet() {
 	w.logf("faults stop")
 	for _, n := range w.nodes {
 		n.pausedUntil = min(n.pausedUntil, w.now)
-		if !n.up {
+		if !n.up && !n.gone {
 			w.restart(n)
 		}
 		n.offset = time.Duration(w.r.Int63n(int64(simMaxSkew/2))) - simMaxSkew/4
@@ -1598,6 +1777,13 @@ func (w *simWorld) sweep(c *simCluster) {
 	}
 	for id, m := range v.Members {
 		v.Addable[id] = addable(m, v.Own)
+	}
+	// A fresh node joins the cluster the world sent it to: another
+	// cluster's leader, on the same gossip network, got to it first.
+	for _, n := range w.nodes {
+		if n.cl != nil && n.cl != c {
+			v.Addable[n.id] = false
+		}
 	}
 	st := l.replica.state
 	for _, id := range st.sortedNodeIDs() {
@@ -1765,13 +1951,34 @@ func (w *simWorld) liveProblem() string {
 	return p
 }
 
+// judged: liveness judges c, a cluster that is to serve its clients: it
+// has a node up, has not stopped on a meeting, and is not a younger one
+// that has yet to win one (unless no node of its older cluster is up).
+func (w *simWorld) judged(c *simCluster) bool {
+	up := func(c *simCluster) bool {
+		for _, n := range w.nodes {
+			if n.cl == c && n.up {
+				return true
+			}
+		}
+		return false
+	}
+	switch {
+	case c.stopped || !up(c):
+		return false
+	case c.younger && !c.won:
+		return c.older != nil && !up(c.older)
+	}
+	return true
+}
+
 // membershipProblem: reconcile has not brought c's membership in line with
 // its live nodes yet: a server or a slot holder is an identity no live node
 // of c has (gone for good, or down since the faults stopped: not reaped),
 // or a live node of c is not a voter (not added or not promoted; at most
 // maxVoters, and the world has fewer addresses).
 func (w *simWorld) membershipProblem(c *simCluster) string {
-	if c.younger {
+	if !w.judged(c) {
 		return ""
 	}
 	live := func(id string) bool {
@@ -1807,7 +2014,7 @@ func (w *simWorld) membershipProblem(c *simCluster) string {
 }
 
 func (w *simWorld) nodeLiveProblem(n *simNode) string {
-	if !n.up || n.cl == nil || n.conflict || n.cl.younger || n.stranger() {
+	if !n.up || n.cl == nil || n.conflict || !w.judged(n.cl) || n.stranger() {
 		n.noRoom = false
 		return ""
 	}
@@ -1830,6 +2037,12 @@ func (w *simWorld) nodeLiveProblem(n *simNode) string {
 		return fmt.Sprintf("%s holds slot %d under tenure %d in its cluster's log but runs no generator for it (generator tenure %d, awaiting %d)",
 			n.name(), i, s.Slots[i].Tenure, n.tenure, n.awaiting)
 	case g.Cursor() < g.Granted():
+	case s.Slots[i].HighWater > simLayout.Units(w.base.Add(w.now+simMaxAhead)):
+		// The log granted past real time + max-ahead while a quorum of
+		// the voters' clocks was that far ahead (a lone founder's clock
+		// minutes or hours off): the node waits for time to catch up, the
+		// design's cost of a wrong quorum of clocks (DESIGN.md).
+		n.noRoom = false
 	case !n.noRoom:
 		n.noRoom, n.noRoomSince = true, w.now
 	case w.now-n.noRoomSince > simRoomGrace:
