@@ -56,14 +56,24 @@ func (n *Node) propose(ctx context.Context, c command) (result, error) {
 	return r, nil
 }
 
-// grpcAddrOf finds a node's gRPC address in gossip, else in the replicated state.
+// grpcAddrOf is where this node dials node id. For a slot holder, the gRPC
+// address the replicated state records for it: its own Claim of that slot
+// put it there, over the authenticated transport, and every restart claims
+// again. For the others (a standby, a node that never claimed), the one
+// gossip shows, else the last one recorded. Gossip comes second because
+// anyone with the gossip key can make a member show any address: followers
+// dialling a leader's forged one stalled for about 50 s.
 func (n *Node) grpcAddrOf(id string) string {
+	var recorded string
+	var holds bool
+	n.fsm.view(func(s *state) { recorded, holds = s.Nodes[id].GRPCAddr, s.slotOf(id) >= 0 })
+	if holds && recorded != "" {
+		return recorded
+	}
 	if m, ok := n.gossip.snapshot()[id]; ok && m.Parsed && m.Meta.GRPCAddr != "" {
 		return m.Meta.GRPCAddr
 	}
-	var addr string
-	n.fsm.view(func(s *state) { addr = s.Nodes[id].GRPCAddr })
-	return addr
+	return recorded
 }
 
 // ApplyForwarded runs a command a follower forwarded to this node, which must

@@ -506,3 +506,44 @@ func TestGossipOnlyMemberIsNotABootstrapPeer(t *testing.T) {
 		return nil
 	})
 }
+
+// TestFollowerDialsTheLeaderAtItsRecordedAddress: gossip can be made to show
+// a slot holder at any gRPC address (anyone with the key can speak in its
+// name); a follower dials the leader where the replicated state records it
+// (the leader's own Claim), so a forged address in its gossip view changes
+// nothing: its forwarded reserves go on. (Before, followers dialled
+// whatever gossip showed, and one never answering stalled them for about
+// 50 s.)
+func TestFollowerDialsTheLeaderAtItsRecordedAddress(t *testing.T) {
+	tc := startThree(t)
+	lname := leaderOf(tc, "a", "b", "c")
+	if lname == "" {
+		t.Fatal("no leader")
+	}
+	l := tc.node(lname)
+	var f *Node
+	for _, name := range []string{"a", "b", "c"} {
+		if name != lname {
+			f = tc.node(name)
+			break
+		}
+	}
+	real := tc.specs[lname].cfg.GRPCAddr
+	hole, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", harness.NextPort(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hole.Close() // accepts nothing it answers
+	f.gossip.mu.Lock()
+	f.gossip.members[l.ID()].Meta.GRPCAddr = hole.Addr().String()
+	f.gossip.mu.Unlock()
+	if got := f.grpcAddrOf(l.ID()); got != real {
+		t.Fatalf("the follower dials the leader at %s with its gossip view forged; want its recorded address %s", got, real)
+	}
+	// Its window is extended by forwarded reserves while gossip lies.
+	before := f.Status().Granted
+	harness.WaitFor(t, 10*time.Second, "the follower's window to be extended", func() bool {
+		tc.issue(f, 50)
+		return f.Status().Granted > before
+	})
+}

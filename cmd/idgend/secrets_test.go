@@ -63,6 +63,25 @@ func TestKeyFilesReadableByOthersRefused(t *testing.T) {
 	if out, errOut, code := check(); code != 0 || !strings.Contains(out, "configuration ok") {
 		t.Fatalf("--check with the keys back at 0600: exit %d\n%s%s", code, out, errOut)
 	}
+	// The CA's key under another name beside the CA certificate is found by
+	// what it holds, not by its name.
+	b, err := os.ReadFile(caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renamed := filepath.Join(p.dir, "backup-of-the-ca.key")
+	if err := os.WriteFile(renamed, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := check(); code == 0 || !strings.Contains(errOut, "chmod 600 "+renamed) {
+		t.Errorf("--check with the CA key copied to %s at 0644: exit %d, stderr %q; want a refusal naming it", renamed, code, errOut)
+	}
+	if err := os.Chmod(renamed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := check(); code != 0 || !strings.Contains(out, "configuration ok") {
+		t.Fatalf("--check with the CA key's copy at 0600: exit %d\n%s%s", code, out, errOut)
+	}
 
 	// --gossip-key on the command line shows in ps: warned. From the
 	// environment or a file it does not.

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"crypto"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +12,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -42,10 +47,12 @@ func loadSecurity(cfg Config, log *slog.Logger) (security, error) {
 	if err := checkSecretFile("--tls-key", cfg.TLS.Key); err != nil {
 		return security{}, err
 	}
-	// idgend never reads the CA's key, but one left beside the CA certificate
-	// where others can read it lets them mint any role.
-	if err := checkSecretFile("the CA key beside --tls-ca", filepath.Join(filepath.Dir(cfg.TLS.CA), tlsconf.CAKeyFile)); err != nil {
-		return security{}, err
+	// idgend never uses the CA's key, but one left beside the CA certificate
+	// where others can read it lets them mint any role: whatever its name.
+	for _, key := range append([]string{filepath.Join(filepath.Dir(cfg.TLS.CA), tlsconf.CAKeyFile)}, caKeysBeside(cfg.TLS.CA)...) {
+		if err := checkSecretFile("the CA key beside --tls-ca", key); err != nil {
+			return security{}, err
+		}
 	}
 	m, err := tlsconf.Load(cfg.TLS)
 	if err != nil {
@@ -60,6 +67,76 @@ func loadSecurity(cfg Config, log *slog.Logger) (security, error) {
 		raft:     peer,
 		peerDial: []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(peer))},
 	}, nil
+}
+
+// caKeysBeside lists the files in the directory of the CA certificate file
+// ca that hold the private key of a CA certificate in it, whatever their
+// names (at most 256 entries and 64 KiB a file are read; files this process
+// cannot read are left out).
+func caKeysBeside(ca string) []string {
+	raw, err := os.ReadFile(ca)
+	if err != nil {
+		return nil
+	}
+	var pubs []crypto.PublicKey
+	for block, rest := pem.Decode(raw); block != nil; block, rest = pem.Decode(rest) {
+		if c, err := x509.ParseCertificate(block.Bytes); err == nil && block.Type == "CERTIFICATE" {
+			pubs = append(pubs, c.PublicKey)
+		}
+	}
+	dir := filepath.Dir(ca)
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(pubs) == 0 {
+		return nil
+	}
+	var out []string
+	for i, e := range entries {
+		if i >= 256 {
+			break
+		}
+		path := filepath.Join(dir, e.Name())
+		if !e.Type().IsRegular() || path == ca {
+			continue
+		}
+		if fi, err := e.Info(); err != nil || fi.Size() > 64<<10 {
+			continue
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		for block, rest := pem.Decode(b); block != nil; block, rest = pem.Decode(rest) {
+			if pub := publicOf(block); pub != nil && slices.ContainsFunc(pubs, func(p crypto.PublicKey) bool {
+				eq, ok := p.(interface{ Equal(crypto.PublicKey) bool })
+				return ok && eq.Equal(pub)
+			}) {
+				out = append(out, path)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// publicOf is the public half of a PEM private key block, nil for anything
+// else.
+func publicOf(block *pem.Block) crypto.PublicKey {
+	if !strings.HasSuffix(block.Type, "PRIVATE KEY") {
+		return nil
+	}
+	var key any
+	var err error
+	if key, err = x509.ParsePKCS8PrivateKey(block.Bytes); err != nil {
+		if key, err = x509.ParseECPrivateKey(block.Bytes); err != nil {
+			if key, err = x509.ParsePKCS1PrivateKey(block.Bytes); err != nil {
+				return nil
+			}
+		}
+	}
+	if s, ok := key.(crypto.Signer); ok {
+		return s.Public()
+	}
+	return nil
 }
 
 // gossipLabel is the memberlist label of a deployment. It comes from the
