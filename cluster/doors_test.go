@@ -67,7 +67,7 @@ func sendAppend(t *testing.T, addr string, peer *tls.Config, clusterID string, t
 	cfg := &Config{RaftAddr: fmt.Sprintf("127.0.0.1:%d", harness.NextPort(t)), RaftTLS: peer}
 	adv, _ := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	trans, err := raftTransport(cfg, adv, raftGreeter{own: func() string { return clusterID }}, hclog.NewNullLogger(), quiet)
+	trans, err := raftTransport(cfg, adv, raftGreeter{own: func() string { return clusterID }}, nil, hclog.NewNullLogger(), quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,6 +111,9 @@ func TestRaftGreetingNamesTheExactCluster(t *testing.T) {
 	for _, name := range []string{"a", "b", "c"} {
 		if now := tc.node(name).rs.raft.Stats()["term"]; now != terms[name] {
 			t.Errorf("%s's term went %s -> %s under refused greetings", name, terms[name], now)
+		}
+		if got := tc.node(name).DoorRefusals()[boundRaftOtherCluster]; got < 2 {
+			t.Errorf("%s counted %d refusals of %s, want at least the 2 greetings refused", name, got, boundRaftOtherCluster)
 		}
 	}
 	tc.issue(a, 100)

@@ -108,7 +108,7 @@ type gossip struct {
 }
 
 // Config helpers live in node.go; openGossip starts memberlist.
-func openGossip(cfg *Config, nodeID string, local meta, logger *slog.Logger) (*gossip, error) {
+func openGossip(cfg *Config, nodeID string, local meta, counts *door.Counts, logger *slog.Logger) (*gossip, error) {
 	g := &gossip{
 		logger:  logger.With("component", "gossip"),
 		local:   local,
@@ -153,7 +153,7 @@ func openGossip(cfg *Config, nodeID string, local meta, logger *slog.Logger) (*g
 	mc.Logger = log.New(&slogWriter{logger: mlog, limit: g.noise}, "", 0)
 	// memberlist's own transport on mc's bind address, with a cap on
 	// inbound TCP streams (gossipdoor.go).
-	streams, err := capGossipStreams(mc, gossipMaxStreams, g.noise)
+	streams, err := capGossipStreams(mc, gossipMaxStreams, g.noise, counts)
 	if err != nil {
 		return nil, fmt.Errorf("start gossip on %s: %w", cfg.GossipAddr, err)
 	}

@@ -44,12 +44,19 @@ type cappedTransport struct {
 	once    sync.Once
 	wg      sync.WaitGroup
 	refused *door.RateLog
+	counts  *door.Counts
 }
+
+// The gossip port's bounds, as idgen_door_refused_total names them.
+const (
+	boundGossipStreams = "gossip_streams"
+	boundGossipBudget  = "gossip_stream_budget"
+)
 
 // capGossipStreams makes mc use a NetTransport on mc's bind address with
 // the stream cap. memberlist.Create would build the same transport itself;
 // the caller shuts it down if Create fails.
-func capGossipStreams(mc *memberlist.Config, max int, refusals *door.RateLog) (*cappedTransport, error) {
+func capGossipStreams(mc *memberlist.Config, max int, refusals *door.RateLog, counts *door.Counts) (*cappedTransport, error) {
 	nc := &memberlist.NetTransportConfig{BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger, MetricLabels: mc.MetricLabels}
 	nt, err := memberlist.NewNetTransport(nc)
 	// With port 0 the UDP port may be taken after TCP picked it; memberlist
@@ -73,6 +80,7 @@ func capGossipStreams(mc *memberlist.Config, max int, refusals *door.RateLog) (*
 		done:         make(chan struct{}),
 		stopped:      make(chan struct{}),
 		refused:      refusals,
+		counts:       counts,
 	}
 	t.wg.Add(1)
 	go t.relay()
@@ -104,11 +112,13 @@ func (t *cappedTransport) relay() {
 		default:
 			remote := c.RemoteAddr()
 			c.Close()
+			t.counts.Add(boundGossipStreams)
 			t.refused.Log(slog.LevelWarn, "cap", door.Peer(remote), "refused a gossip stream: the port holds its cap of open streams",
 				"remote", fmt.Sprint(remote), "cap", cap(t.slots))
 			continue
 		}
 		sc := &slotConn{Conn: c, free: func() { <-t.slots }, budget: gossipStreamBudget, over: func() {
+			t.counts.Add(boundGossipBudget)
 			t.refused.Log(slog.LevelWarn, "budget", door.Peer(c.RemoteAddr()), "closed a gossip stream that sent more than its budget",
 				"remote", fmt.Sprint(c.RemoteAddr()), "budget_bytes", gossipStreamBudget)
 		}}

@@ -257,6 +257,8 @@ type Node struct {
 	leaving      atomic.Bool
 	// following serializes followLog: the agent and stopIfEnded.
 	following sync.Mutex
+	// doors counts what the Raft and gossip ports' bounds refused.
+	doors *door.Counts
 	wg        sync.WaitGroup
 
 	// sweeps counts the reconcile sweeps this node ran as leader (tests).
@@ -324,12 +326,14 @@ func Open(cfg Config) (*Node, error) {
 	// A lone seed founds its own cluster: no other cluster's leader may
 	// append to it while it has none (raftGreeter.admits).
 	alone := cfg.BootstrapExpect == 1 && len(cfg.Join) == 0
-	n.rs, err = openRaft(&n.cfg, id, n.fsm, raftGreeter{own: n.ownCluster, alone: func() bool { return alone }}, logger)
+	n.doors = door.NewCounts(boundRaftConns, boundRaftHandshakes, boundRaftTimeout, boundRaftTLS, boundRaftGreeting, boundRaftOtherCluster,
+		boundGossipStreams, boundGossipBudget)
+	n.rs, err = openRaft(&n.cfg, id, n.fsm, raftGreeter{own: n.ownCluster, alone: func() bool { return alone }}, n.doors, logger)
 	if err != nil {
 		return nil, err
 	}
 	local.Member = n.rs.hadState
-	n.gossip, err = openGossip(&n.cfg, id, local, logger)
+	n.gossip, err = openGossip(&n.cfg, id, local, n.doors, logger)
 	if err != nil {
 		n.rs.close()
 		return nil, err
@@ -589,6 +593,10 @@ func (n *Node) NextBatch(ctx context.Context, count int) ([]int64, int, error) {
 }
 
 // Status is the node's view of itself.
+// DoorRefusals is what the Raft and gossip ports' bounds refused, by bound
+// (rpc exports it in idgen_door_refused_total beside its own ports').
+func (n *Node) DoorRefusals() map[string]uint64 { return n.doors.Snapshot() }
+
 func (n *Node) Status() Status {
 	ok, reason := n.Ready()
 	st := Status{

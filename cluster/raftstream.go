@@ -129,15 +129,26 @@ type clusterStreamLayer struct {
 	gate     *door.Gate
 	greeter  raftGreeter
 	refusals *door.RateLog // one line per peer and kind a minute
+	counts   *door.Counts  // refusals by bound, for idgen_door_refused_total
 }
+
+// The Raft port's bounds, as idgen_door_refused_total names them.
+const (
+	boundRaftConns        = "raft_conns"
+	boundRaftHandshakes   = "raft_handshakes"
+	boundRaftTimeout      = "raft_handshake_timeout"
+	boundRaftTLS          = "raft_tls"
+	boundRaftGreeting     = "raft_greeting"
+	boundRaftOtherCluster = "raft_other_cluster"
+)
 
 var _ raft.StreamLayer = (*clusterStreamLayer)(nil)
 
-func newClusterStreamLayer(stream rawStream, greeter raftGreeter, logger *slog.Logger) *clusterStreamLayer {
+func newClusterStreamLayer(stream rawStream, greeter raftGreeter, counts *door.Counts, logger *slog.Logger) *clusterStreamLayer {
 	if greeter.alone == nil {
 		greeter.alone = func() bool { return false }
 	}
-	s := &clusterStreamLayer{stream: stream, greeter: greeter, refusals: door.NewRateLog(logger, 0)}
+	s := &clusterStreamLayer{stream: stream, greeter: greeter, refusals: door.NewRateLog(logger, 0), counts: counts}
 	s.gate = door.NewGate(door.Limit(stream, raftMaxConns, s.refused), s.handshake, door.GateConfig{
 		Timeout:    raftHandshakeTimeout,
 		MaxPending: raftMaxPending,
@@ -233,29 +244,34 @@ func (s *clusterStreamLayer) refused(remote net.Addr, err error) {
 	var other *otherClusterError
 	switch {
 	case errors.As(err, &other) && other.theirs == "":
-		// A fellow founder's connection from before this node had a
-		// cluster: it dials again, naming the cluster now.
-		s.refusals.Log(slog.LevelDebug, "before cluster", peer, "closed a Raft connection greeted before either side had a cluster; it is dialled again",
-			"remote", rs, "own_cluster", other.ours)
+		s.counts.Add(boundRaftOtherCluster)
+		s.refusals.Log(slog.LevelWarn, "no cluster", peer, "refused a Raft connection greeted with no cluster: this node has one "+
+			"(a node still founding, or a stranger with a server certificate of the CA)", "remote", rs, "own_cluster", other.ours)
 	case errors.As(err, &other):
+		s.counts.Add(boundRaftOtherCluster)
 		s.refusals.Log(slog.LevelError, "other cluster", peer,
 			"refused Raft traffic from another cluster (a leader still dialling an old member's address?)",
 			"remote", rs, "their_cluster", other.theirs, "own_cluster", other.ours)
 	case errors.Is(err, door.ErrTooMany):
+		s.counts.Add(boundRaftConns)
 		s.refusals.Log(slog.LevelWarn, "cap", peer, "refused a Raft connection: the port holds its cap of open connections",
 			"remote", rs, "cap", raftMaxConns)
 	case errors.Is(err, door.ErrEvicted):
+		s.counts.Add(boundRaftHandshakes)
 		s.refusals.Log(slog.LevelWarn, "pending", peer, "closed an unfinished Raft handshake: too many at once",
 			"remote", rs, "cap", raftMaxPending)
 	case errors.As(err, &ne) && ne.Timeout():
+		s.counts.Add(boundRaftTimeout)
 		s.refusals.Log(slog.LevelWarn, "timeout", peer, "closed a Raft connection that did not finish its handshake in time",
 			"remote", rs, "bound", raftHandshakeTimeout.String(), "err", err)
 	case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed):
 		s.refusals.Log(slog.LevelDebug, "closed", peer, "a Raft connection closed before its handshake", "remote", rs)
 	case errors.Is(err, errRaftTLS):
+		s.counts.Add(boundRaftTLS)
 		s.refusals.Log(slog.LevelWarn, "tls", peer, "refused a Raft connection: TLS handshake failed (not a server of this cluster's CA?)",
 			"remote", rs, "err", err)
 	case errors.Is(err, errNoGreeting):
+		s.counts.Add(boundRaftGreeting)
 		s.refusals.Log(slog.LevelWarn, "greeting", peer, "refused a Raft connection: no idgen Raft greeting",
 			"remote", rs)
 	default:
@@ -290,7 +306,15 @@ func (c *greetedConn) check() error {
 
 func (c *greetedConn) Read(p []byte) (int, error) {
 	if err := c.check(); err != nil {
-		c.layer.refused(c.RemoteAddr(), err)
+		// Taken before this node had a cluster: routine after a founding
+		// (a fellow founder dials again, naming the cluster now), so only
+		// a connection of another cluster is worth a line.
+		if c.theirs == "" {
+			c.layer.refusals.Log(slog.LevelDebug, "before cluster", door.Peer(c.RemoteAddr()),
+				"closed a Raft connection greeted before this node had a cluster; it is dialled again", "remote", fmt.Sprint(c.RemoteAddr()))
+		} else {
+			c.layer.refused(c.RemoteAddr(), err)
+		}
 		c.Conn.Close()
 		// Raft logs every read error but EOF at ERROR; refused has
 		// logged this one, rate-limited.

@@ -14,6 +14,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/idgen/idgen/cluster/door"
 )
 
 const (
@@ -121,13 +123,13 @@ type raftStore struct {
 	stopGrowth, growthDone chan struct{}
 }
 
-func openRaft(cfg *Config, nodeID string, f *fsm, greeter raftGreeter, logger *slog.Logger) (*raftStore, error) {
+func openRaft(cfg *Config, nodeID string, f *fsm, greeter raftGreeter, counts *door.Counts, logger *slog.Logger) (*raftStore, error) {
 	hl := newHCLogger("raft", logger)
 	advertise, err := net.ResolveTCPAddr("tcp", cfg.RaftAdvertise)
 	if err != nil {
 		return nil, fmt.Errorf("raft advertise address %q: %w", cfg.RaftAdvertise, err)
 	}
-	transport, err := raftTransport(cfg, advertise, greeter, hl, logger)
+	transport, err := raftTransport(cfg, advertise, greeter, counts, hl, logger)
 	if err != nil {
 		return nil, fmt.Errorf("raft transport on %s: %w", cfg.RaftAddr, err)
 	}

@@ -13,6 +13,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
+
+	"github.com/idgen/idgen/cluster/door"
 )
 
 // Errors of the transport settings.
@@ -85,7 +87,7 @@ func (s *tlsStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration)
 // connection starts with the cluster greeting, and the handshake and the
 // greeting are done, within their bounds, before Raft sees an accepted
 // connection (raftstream.go).
-func raftTransport(cfg *Config, advertise net.Addr, greeter raftGreeter, logger hclog.Logger, slogger *slog.Logger) (*raft.NetworkTransport, error) {
+func raftTransport(cfg *Config, advertise net.Addr, greeter raftGreeter, counts *door.Counts, logger hclog.Logger, slogger *slog.Logger) (*raft.NetworkTransport, error) {
 	var (
 		stream rawStream
 		err    error
@@ -98,7 +100,7 @@ func raftTransport(cfg *Config, advertise net.Addr, greeter raftGreeter, logger 
 	if err != nil {
 		return nil, err
 	}
-	greeted := newClusterStreamLayer(stream, greeter, slogger.With("component", "raft"))
+	greeted := newClusterStreamLayer(stream, greeter, counts, slogger.With("component", "raft"))
 	return raft.NewNetworkTransportWithLogger(greeted, 3, 10*time.Second, logger), nil
 }
 

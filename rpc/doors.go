@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/idgen/idgen/cluster"
 	"github.com/idgen/idgen/cluster/door"
 	"github.com/idgen/idgen/rpc/tlsconf"
 )
@@ -149,25 +151,53 @@ var doorBounds = []string{boundHandshakes, boundHandshakesPerAddr, boundHandshak
 	boundConnsPerIdentity, boundPeerConns, boundStreamsPerConn, boundStreamsPerID, boundWatchesPerConn,
 	BoundHTTPConns, BoundHTTPConnsPerAddress, BoundHTTPConnsBusy, BoundHTTPConnsPerAddressBusy}
 
+// DoorCounter is a Backend that counts what its own ports' bounds refused
+// (cluster.Node: the Raft and gossip ports), by bound; the server exports
+// the counts in idgen_door_refused_total beside the gRPC and HTTP ports'.
+type DoorCounter interface {
+	DoorRefusals() map[string]uint64
+}
+
+var _ DoorCounter = (*cluster.Node)(nil)
+
 // refusals counts and logs (rate-limited per peer and bound) what the
-// bounds refuse.
+// bounds refuse. As a collector it is idgen_door_refused_total: the gRPC
+// and HTTP ports' counts, and the Raft and gossip ports' the node keeps
+// (others), read at each scrape.
 type refusals struct {
 	counter *prometheus.CounterVec
+	desc    *prometheus.Desc
+	others  func() map[string]uint64
 	log     *door.RateLog
 }
 
-func newRefusals(reg prometheus.Registerer, log *slog.Logger) (*refusals, error) {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Name: "door_refused_total",
-		Help: "Connections and calls a bound of the node's ports refused, by bound.",
-	}, []string{"bound"})
-	for _, b := range doorBounds {
-		c.WithLabelValues(b)
+func newRefusals(reg prometheus.Registerer, others func() map[string]uint64, log *slog.Logger) (*refusals, error) {
+	const name, help = "door_refused_total", "Connections and calls a bound of the node's ports refused, by bound."
+	r := &refusals{
+		counter: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metricsNamespace, Name: name, Help: help}, []string{"bound"}),
+		desc:    prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, "", name), help, []string{"bound"}, nil),
+		others:  others,
+		log:     door.NewRateLog(log.With("component", "grpc"), 0),
 	}
-	if err := reg.Register(c); err != nil {
+	for _, b := range doorBounds {
+		r.counter.WithLabelValues(b)
+	}
+	if err := reg.Register(r); err != nil {
 		return nil, fmt.Errorf("rpc: register metrics: %w", err)
 	}
-	return &refusals{counter: c, log: door.NewRateLog(log.With("component", "grpc"), 0)}, nil
+	return r, nil
+}
+
+func (r *refusals) Describe(ch chan<- *prometheus.Desc) { ch <- r.desc }
+
+func (r *refusals) Collect(ch chan<- prometheus.Metric) {
+	r.counter.Collect(ch)
+	counts := r.others()
+	for _, b := range slices.Sorted(maps.Keys(counts)) {
+		if !slices.Contains(doorBounds, b) {
+			ch <- prometheus.MustNewConstMetric(r.desc, prometheus.CounterValue, float64(counts[b]), b)
+		}
+	}
 }
 
 // refuse counts one refusal of bound from peer and logs it (at most one

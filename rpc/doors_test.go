@@ -250,6 +250,11 @@ func TestGRPCStrangersMakeWayForPeers(t *testing.T) {
 		}
 	}()
 	harness.WaitFor(t, 5*time.Second, "the strangers past the bound to be closed", func() bool { return refusedBy(t, reg, boundHandshakes) >= 64 })
+	// The backend's own ports' counts (the Raft and gossip ports of a
+	// cluster.Node) are in the same metric.
+	if got := refusedBy(t, reg, "raft_tls"); got != 3 {
+		t.Errorf("idgen_door_refused_total{bound=\"raft_tls\"} = %v, want the backend's 3", got)
+	}
 	for _, who := range []string{"client", "admin", "server"} {
 		cfg := material(t, dir, who).ClientConfig()
 		if who == "server" {

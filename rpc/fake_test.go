@@ -31,6 +31,10 @@ type fakeBackend struct {
 	blocked  map[int]int // NextBatch calls waiting in block mode, by n
 }
 
+func (f *fakeBackend) DoorRefusals() map[string]uint64 {
+	return map[string]uint64{"raft_tls": 3, "gossip_stream_budget": 0}
+}
+
 func newFakeBackend(slot int) *fakeBackend {
 	return &fakeBackend{slot: slot, layout: generator.DefaultLayout(), ready: true}
 }

@@ -189,7 +189,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	unary := []grpc.UnaryServerInterceptor{recoveryUnary(s.log), s.metrics.grpc.UnaryServerInterceptor()}
 	stream := []grpc.StreamServerInterceptor{recoveryStream(s.log), s.metrics.grpc.StreamServerInterceptor()}
 	var opts []grpc.ServerOption
-	if s.refusals, err = newRefusals(c.Registerer, s.log); err != nil {
+	others := func() map[string]uint64 { return nil }
+	if d, ok := c.Backend.(DoorCounter); ok {
+		others = d.DoorRefusals
+	}
+	if s.refusals, err = newRefusals(c.Registerer, others, s.log); err != nil {
 		return nil, err
 	}
 	if c.TLS != nil {

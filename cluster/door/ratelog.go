@@ -146,3 +146,43 @@ func (r *RateLog) Flush() {
 
 // Seen is how many refusals were recorded, logged or not.
 func (r *RateLog) Seen() int64 { return r.seen.Load() }
+
+// Counts counts refusals by the name of the bound that refused them, for a
+// metric. A nil *Counts counts nothing.
+type Counts struct {
+	mu sync.Mutex
+	m  map[string]uint64
+}
+
+// NewCounts returns an empty count whose every bound in bounds reads 0.
+func NewCounts(bounds ...string) *Counts {
+	c := &Counts{m: map[string]uint64{}}
+	for _, b := range bounds {
+		c.m[b] = 0
+	}
+	return c
+}
+
+// Add counts one refusal of bound.
+func (c *Counts) Add(bound string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	c.m[bound]++
+	c.mu.Unlock()
+}
+
+// Snapshot is every bound's count now.
+func (c *Counts) Snapshot() map[string]uint64 {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]uint64, len(c.m))
+	for k, v := range c.m {
+		out[k] = v
+	}
+	return out
+}
