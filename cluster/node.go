@@ -259,7 +259,7 @@ type Node struct {
 	following sync.Mutex
 	// doors counts what the Raft and gossip ports' bounds refused.
 	doors *door.Counts
-	wg        sync.WaitGroup
+	wg    sync.WaitGroup
 
 	// sweeps counts the reconcile sweeps this node ran as leader (tests).
 	sweeps atomic.Uint64
