@@ -8,6 +8,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// MaxScrapesInFlight is how many /metrics requests the admin port answers at
+// once; one past it gets 503 without a gather.
+const MaxScrapesInFlight = 2
+
 // NewAdminHandler serves the HTTP admin port:
 //
 //	/healthz  200 "ok" while the process is alive (shallow)
@@ -30,6 +34,11 @@ func NewAdminHandler(backend Issuer, g prometheus.Gatherer) http.Handler {
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	// At most two scrapes at once, the rest answered 503 at once: a
+	// scrape holds its connection for the whole gather, and strangers
+	// pipelining scrapes on every connection the port holds kept the
+	// probes out (the admin door closes only connections not being
+	// answered).
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{MaxRequestsInFlight: MaxScrapesInFlight}))
 	return mux
 }

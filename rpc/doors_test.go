@@ -273,8 +273,8 @@ func TestGRPCStrangersMakeWayForPeers(t *testing.T) {
 // TestGRPCRoomsByIdentity: clients share their room, each identity a part
 // of it; the servers' room is their own. With room for 3 clients and 2 per
 // identity, a third connection of one certificate is refused, another
-// certificate takes the last place, a server still gets in when the
-// clients' room is full, and a closed connection frees its place.
+// certificate takes the last place, a server and an operator still get in
+// when the clients' room is full, and a closed connection frees its place.
 func TestGRPCRoomsByIdentity(t *testing.T) {
 	dir := testCA(t)
 	withCerts(t, dir, tlsconf.RoleClient, "fleet-b")
@@ -308,6 +308,9 @@ func TestGRPCRoomsByIdentity(t *testing.T) {
 	s1, err := checkOnce(t, addr, material(t, dir, "server").PeerConfig(), 3*time.Second)
 	if err != nil {
 		t.Fatalf("a server, with the clients' room full: %v", err)
+	}
+	if _, err := checkOnce(t, addr, material(t, dir, "admin").ClientConfig(), 3*time.Second); err != nil {
+		t.Fatalf("an operator, with the clients' room full: %v", err)
 	}
 	if _, err := checkOnce(t, addr, material(t, dir, "server-2").PeerConfig(), time.Second); err == nil {
 		t.Fatal("a second server connection got in, past the servers' room of 1")
@@ -391,4 +394,45 @@ func TestFailedCallsAreLoggedBounded(t *testing.T) {
 	if n := logs.Lines() - before; n > 3 {
 		t.Fatalf("%d failed calls gave %d log lines, want at most 3", calls, n)
 	}
+}
+
+// TestGRPCCallsPerIdentityBounded: one identity that keeps calls in flight
+// (each waiting as long as its deadline lets it) gets its bound of them and
+// ResourceExhausted past it, counted; another identity's calls still reach
+// the node.
+func TestGRPCCallsPerIdentityBounded(t *testing.T) {
+	dir := testCA(t)
+	withCerts(t, dir, tlsconf.RoleClient, "fleet-b")
+	b := newFakeBackend(2)
+	b.set(func(f *fakeBackend) { f.block = true })
+	reg := prometheus.NewRegistry()
+	addr := serveOn(t, ServerConfig{Backend: b, BatchSize: 100, TLS: material(t, dir, "server").ServerConfig(), Registerer: reg,
+		Bounds: Bounds{CallsPerIdentity: 3}})
+	blocked := func() int { b.mu.Lock(); defer b.mu.Unlock(); return b.blocked[7] }
+	ctx, cancel := context.WithTimeout(context.Background(), harness.Scale(30*time.Second))
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	hog := idgenv1.NewIDServiceClient(dialTLS(t, addr, material(t, dir, "client").ClientConfig()))
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = hog.GetIDBatch(ctx, &idgenv1.GetIDBatchRequest{Count: 7})
+		}()
+	}
+	harness.WaitFor(t, 5*time.Second, "the hog's calls to reach the node", func() bool { return blocked() == 3 })
+	_, err := hog.GetIDBatch(ctxT(t), &idgenv1.GetIDBatchRequest{Count: 7})
+	wantCode(t, err, codes.ResourceExhausted, "calls in flight")
+	if got := refusedBy(t, reg, boundCallsPerIdentity); got != 1 {
+		t.Errorf("%s counted %v refusals, want 1", boundCallsPerIdentity, got)
+	}
+	other := idgenv1.NewIDServiceClient(dialTLS(t, addr, material(t, dir, "fleet-b").ClientConfig()))
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, _ = other.GetIDBatch(ctx, &idgenv1.GetIDBatchRequest{Count: 7})
+	}()
+	harness.WaitFor(t, 5*time.Second, "another identity's call to reach the node", func() bool { return blocked() == 4 })
 }

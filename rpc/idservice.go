@@ -75,7 +75,8 @@ func (s *Server) takeBuffered(ctx context.Context) ([]int64, int, error) {
 		s.buf.Drain()
 		return nil, -1, conflict
 	case generator.TakeWait:
-		ids, err := s.buf.Take(ctx)
+		_, identity := callerOf(ctx)
+		ids, err := s.fair.take(ctx, identity)
 		if err != nil {
 			return nil, -1, err
 		}

@@ -155,6 +155,7 @@ type Server struct {
 	lastMintErr atomic.Int64 // unix nanos of the last logged producer error
 
 	refusals *refusals // what the port's bounds refused (doors.go)
+	fair     *fairTake // hands the buffer's batches to waiting callers in turn (fair.go)
 }
 
 // NewServer builds the gRPC server and registers every service and the
@@ -180,6 +181,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s.healthCtx, s.stopHealth = context.WithCancel(context.Background())
 	s.producerCtx, s.stopProducer = context.WithCancel(context.Background())
 	s.producer = generator.NewProducer(buf, c.BatchSize, s.mint, s.onMintError)
+	s.fair = newFairTake(buf)
 
 	s.metrics, err = newMetrics(c.Registerer, c.Backend, buf)
 	if err != nil {
@@ -187,6 +189,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 
 	unary := []grpc.UnaryServerInterceptor{recoveryUnary(s.log), s.metrics.grpc.UnaryServerInterceptor()}
+	// (the call bound is added after auth, below: it counts by identity)
 	stream := []grpc.StreamServerInterceptor{recoveryStream(s.log), s.metrics.grpc.StreamServerInterceptor()}
 	var opts []grpc.ServerOption
 	others := func() map[string]uint64 { return nil }
@@ -203,6 +206,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		unary = append(unary, authUnary())
 		stream = append(stream, authStream())
 	}
+	// Unary calls in flight are bounded per identity and in all: a call
+	// waiting for a batch holds memory for as long as its deadline (doors.go).
+	unary = append(unary, newCallLimit(c.Bounds.CallsPerIdentity, c.Bounds.Calls, s.refusals).interceptor())
 	// Streaming calls last as long as the caller likes: a bounded number
 	// per connection and per identity (doors.go).
 	stream = append(stream, newStreamLimit(MaxStreamsPerConn, c.Bounds.StreamsPerIdentity, s.refusals).interceptor())
@@ -251,7 +257,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 // It returns nil after Shutdown.
 func (s *Server) Serve(lis net.Listener) error {
 	s.startOnce.Do(func() {
-		s.bg.Add(2)
+		s.bg.Add(3)
+		go func() {
+			defer s.bg.Done()
+			s.fair.run(s.producerCtx)
+		}()
 		go func() {
 			defer s.bg.Done()
 			s.producer.Run(s.producerCtx)

@@ -70,10 +70,11 @@ var busyBound = map[string]string{rpc.BoundHTTPConns: rpc.BoundHTTPConnsBusy, rp
 // adminDoor holds the admin port's connections, at most max in all and
 // perAddress from one remote address. A new connection past either bound
 // closes the oldest connection of that room that is not being answered (one
-// still sending its request, or idle between requests), so strangers that
-// hold connections open, however slowly they send, never keep a probe out:
-// a probe's request takes a millisecond. Only when every connection of the
-// room is being answered is the new one refused.
+// still sending its request, or idle between requests, or answered for
+// longer than adminBusyGrace), so strangers that hold connections open,
+// however slowly they send or read, never keep a probe out: a probe's
+// request takes a millisecond. Only when every connection of the room is
+// being answered, each for less than adminBusyGrace, is the new one refused.
 type adminDoor struct {
 	net.Listener
 	max, perAddress int
@@ -91,12 +92,24 @@ type adminConn struct {
 	peer string
 	elem *list.Element // nil once it left the door
 	busy int           // requests being answered, under door.mu
+	// since: when busy last went from 0 to 1.
+	since time.Time
 }
+
+// adminBusyGrace: a connection answered for longer than this is closed for
+// a newcomer like an idle one. Probes and scrapes take milliseconds; one
+// that does not read its answers (its write blocks until the write bound)
+// or keeps a scrape pipelined all the time would otherwise hold its place
+// as "being answered".
+const adminBusyGrace = time.Second
 
 func (c *adminConn) serving(on bool) {
 	c.door.mu.Lock()
 	defer c.door.mu.Unlock()
 	if on {
+		if c.busy == 0 {
+			c.since = time.Now()
+		}
 		c.busy++
 	} else {
 		c.busy--
@@ -151,10 +164,11 @@ func (d *adminDoor) admit(c *adminConn) (*adminConn, string, int) {
 	defer d.mu.Unlock()
 	var victim *adminConn
 	kind, full := "", 0
+	now := time.Now()
 	pick := func(sameAddress bool) bool {
 		for e := d.conns.Front(); e != nil; e = e.Next() {
 			o := e.Value.(*adminConn)
-			if o.busy == 0 && (!sameAddress || o.peer == c.peer) {
+			if (o.busy == 0 || now.Sub(o.since) > adminBusyGrace) && (!sameAddress || o.peer == c.peer) {
 				victim = o
 				return true
 			}

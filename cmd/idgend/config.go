@@ -144,6 +144,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.IntVar(&c.Bounds.ClientConns, "grpc-max-client-conns", d.ClientConns, "gRPC connections of clients and admins (everyone, without TLS) open at once; one past it is refused")
 	fs.IntVar(&c.Bounds.ConnsPerIdentity, "grpc-max-conns-per-identity", d.ConnsPerIdentity, "of them, per certificate identity (role and name; without TLS, per remote address)")
 	fs.IntVar(&c.Bounds.PeerConns, "grpc-max-peer-conns", d.PeerConns, "gRPC connections of the cluster's servers (role server): a room of their own that clients and strangers never fill")
+	fs.IntVar(&c.Bounds.AdminConns, "grpc-max-admin-conns", d.AdminConns, "gRPC connections of operators (role admin): a room of their own that clients and strangers never fill")
+	fs.IntVar(&c.Bounds.CallsPerIdentity, "grpc-max-calls-per-identity", d.CallsPerIdentity, "unary calls in flight one identity may hold on the node (a call waiting for a batch holds memory until its deadline)")
+	fs.IntVar(&c.Bounds.Calls, "grpc-max-calls", d.Calls, "unary calls in flight on the node in all")
 	fs.IntVar(&c.Bounds.StreamsPerIdentity, "grpc-max-streams-per-identity", d.StreamsPerIdentity, "streaming calls other than the health check one identity may hold open (each connection also gets 2 health watches of its own)")
 	fs.Uint64Var(&c.SnapshotThreshold, "snapshot-threshold", 0, "Raft log entries between snapshots (0 = Raft's default)")
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", 0, "how often Raft checks whether to snapshot (0 = Raft's default, 120s)")
@@ -523,7 +526,9 @@ func (c *Config) validate() error {
 	}{
 		{"--grpc-max-handshakes", c.Bounds.Handshakes}, {"--grpc-max-handshakes-per-address", c.Bounds.HandshakesPerAddress},
 		{"--grpc-max-client-conns", c.Bounds.ClientConns}, {"--grpc-max-conns-per-identity", c.Bounds.ConnsPerIdentity},
-		{"--grpc-max-peer-conns", c.Bounds.PeerConns}, {"--grpc-max-streams-per-identity", c.Bounds.StreamsPerIdentity},
+		{"--grpc-max-peer-conns", c.Bounds.PeerConns}, {"--grpc-max-admin-conns", c.Bounds.AdminConns},
+		{"--grpc-max-streams-per-identity", c.Bounds.StreamsPerIdentity},
+		{"--grpc-max-calls-per-identity", c.Bounds.CallsPerIdentity}, {"--grpc-max-calls", c.Bounds.Calls},
 	} {
 		if b.v < 1 {
 			return fmt.Errorf("%s %d, want at least 1", b.flag, b.v)
