@@ -78,6 +78,7 @@ var busyBound = map[string]string{rpc.BoundHTTPConns: rpc.BoundHTTPConnsBusy, rp
 type adminDoor struct {
 	net.Listener
 	max, perAddress int
+	grace           time.Duration // adminBusyGrace
 	refused         func(kind, remote string, cap int)
 
 	mu    sync.Mutex
@@ -168,7 +169,7 @@ func (d *adminDoor) admit(c *adminConn) (*adminConn, string, int) {
 	pick := func(sameAddress bool) bool {
 		for e := d.conns.Front(); e != nil; e = e.Next() {
 			o := e.Value.(*adminConn)
-			if (o.busy == 0 || now.Sub(o.since) > adminBusyGrace) && (!sameAddress || o.peer == c.peer) {
+			if (o.busy == 0 || now.Sub(o.since) > d.grace) && (!sameAddress || o.peer == c.peer) {
 				victim = o
 				return true
 			}
@@ -204,7 +205,7 @@ func (d *adminDoor) admit(c *adminConn) (*adminConn, string, int) {
 // minute per peer and bound, with a count.
 func limitAdmin(l net.Listener, log *slog.Logger, count func(bound string)) net.Listener {
 	refusals := door.NewRateLog(log.With("component", "http"), 0)
-	return &adminDoor{Listener: l, max: adminMaxConns, perAddress: adminMaxConnsPerAddress, conns: list.New(), byIP: map[string]int{},
+	return &adminDoor{Listener: l, max: adminMaxConns, perAddress: adminMaxConnsPerAddress, grace: adminBusyGrace, conns: list.New(), byIP: map[string]int{},
 		refused: func(kind, remote string, cap int) {
 			if count != nil {
 				count(kind)

@@ -16,7 +16,7 @@ import (
 
 // adminDoorOn serves h behind the admin port's door on a loopback port and
 // returns its address and the refusals counted by bound.
-func adminDoorOn(t *testing.T, h http.Handler) (string, func(string) int) {
+func adminDoorOn(t *testing.T, h http.Handler, grace ...time.Duration) (string, func(string) int) {
 	t.Helper()
 	lis, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", harness.NextPort(t)))
 	if err != nil {
@@ -26,7 +26,11 @@ func adminDoorOn(t *testing.T, h http.Handler) (string, func(string) int) {
 	counts := map[string]int{}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv := newAdminServer(h, log)
-	go srv.Serve(limitAdmin(lis, log, func(b string) { mu.Lock(); counts[b]++; mu.Unlock() }))
+	door := limitAdmin(lis, log, func(b string) { mu.Lock(); counts[b]++; mu.Unlock() }).(*adminDoor)
+	if len(grace) > 0 {
+		door.grace = grace[0]
+	}
+	go srv.Serve(door)
 	t.Cleanup(func() { srv.Close() })
 	return lis.Addr().String(), func(b string) int { mu.Lock(); defer mu.Unlock(); return counts[b] }
 }
@@ -83,11 +87,13 @@ func TestAdminPortAnswersProbesWhateverStrangersHold(t *testing.T) {
 func TestAdminPortRefusesOnlyWhenEveryConnectionIsAnswered(t *testing.T) {
 	release := make(chan struct{})
 	var inside sync.WaitGroup
+	// (A grace longer than the test, so that a slow machine cannot turn
+	// the connections being answered into ones answered too long.)
 	addr, refused := adminDoorOn(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		inside.Done()
 		<-release
 		io.WriteString(w, "ok")
-	}))
+	}), time.Hour)
 	defer close(release)
 	inside.Add(adminMaxConns)
 	for i := range adminMaxConns / adminMaxConnsPerAddress {
