@@ -36,10 +36,6 @@ const (
 	// raftMaxPending is how many handshakes may run at once; a new
 	// connection past it closes the oldest unfinished one.
 	raftMaxPending = 64
-	// raftMaxPendingPerPeer is how many of them one remote address may
-	// run; a new one past it closes that address's oldest, so one host's
-	// flood never evicts the other servers' handshakes.
-	raftMaxPendingPerPeer = 8
 	// raftMaxConns caps the port's open connections, handshaking or not.
 	// A peer keeps a few to each server (a pool of 3, the pipeline, a
 	// snapshot); 256 is room for dozens of nodes.
@@ -155,8 +151,8 @@ func newClusterStreamLayer(stream rawStream, greeter raftGreeter, counts *door.C
 	s := &clusterStreamLayer{stream: stream, greeter: greeter, refusals: door.NewRateLog(logger, 0), counts: counts}
 	s.gate = door.NewGate(door.Limit(stream, raftMaxConns, s.refused), s.handshake, door.GateConfig{
 		Timeout:    raftHandshakeTimeout,
-		MaxPending: raftMaxPending, MaxPendingPerPeer: raftMaxPendingPerPeer,
-		Refused: s.refused,
+		MaxPending: raftMaxPending,
+		Refused:    s.refused,
 		AcceptError: func(err error) {
 			s.refusals.Log(slog.LevelError, "accept", "", "raft port cannot accept connections", "err", err)
 		},
