@@ -140,6 +140,7 @@ func (n *Node) claim() (*generator.Generator, error) {
 	g.Grant(t.Granted)
 	n.window.Store(&heldWindow{slot: g.Slot(), granted: g.Granted()})
 	n.tenure.Store(t.ClaimedIndex)
+	n.minted.Store(&mintedTenure{slot: t.Slot, tenure: t.ClaimedIndex})
 	n.setReason("")
 	n.gen.Store(g)
 	n.logger.Info("claimed slot", "slot", t.Slot, "floor", t.Floor, "tenure", t.ClaimedIndex)
@@ -286,6 +287,7 @@ func (n *Node) followLog(g *generator.Generator) bool {
 // of the window may be another cluster's: the simulator found IDs a holder
 // minted in that gap repeating a younger cluster's.
 func (n *Node) stopIfEnded() {
+	n.noteEnded()
 	if g := n.gen.Load(); g != nil {
 		n.followLog(g)
 	}

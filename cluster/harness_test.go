@@ -181,13 +181,21 @@ func waitReady(t testing.TB, n *Node) {
 // issue draws count IDs from n and records them, failing on any duplicate.
 func (tc *testCluster) issue(n *Node, count int) []int64 {
 	tc.t.Helper()
+	ids := tc.mint(n, count)
+	tc.record(issuer{n.Name(), n.ID()}, ids)
+	return ids
+}
+
+// mint has n mint count IDs that are not handed out (as a prefetch buffer
+// holds them), so not recorded.
+func (tc *testCluster) mint(n *Node, count int) []int64 {
+	tc.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ids, _, err := n.NextBatch(ctx, count)
 	if err != nil {
 		tc.t.Fatalf("%s: NextBatch(%d): %v", n.Name(), count, err)
 	}
-	tc.record(issuer{n.Name(), n.ID()}, ids)
 	return ids
 }
 

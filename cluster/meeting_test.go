@@ -59,6 +59,14 @@ func TestMeetingFencesAHeldSlot(t *testing.T) {
 		t.Fatalf("d's window ends at %d, below the young cluster's %d: the sequence under test needs it above", hw, young.Granted)
 	}
 	tenure := d.tenure.Load()
+	// A batch d mints in that tenure and does not hand out, as its prefetch
+	// buffer holds them: once the fence ends the tenure it is withdrawn (a
+	// buffer that kept it could hand out the young cluster's IDs; the
+	// simulator's seed 867 with simFaults{keepEnded: true}).
+	held := tc.mint(d, 16)
+	if d.Withdrawn(held[0]) {
+		t.Fatalf("a batch of d's current tenure %d is withdrawn before any fence", tenure)
+	}
 	if _, err := wiped.Join([]string{tc.specs["b"].cfg.GossipAddr}); err != nil {
 		t.Fatal(err)
 	}
@@ -67,6 +75,12 @@ func TestMeetingFencesAHeldSlot(t *testing.T) {
 	fenced := harness.Eventually(20*time.Second, func() bool { return d.tenure.Load() != tenure && d.Status().Floor >= young.Granted })
 	if !fenced {
 		t.Errorf("the meeting did not end d's tenure %d (now %d, floor %d; the young window ends at %d)", tenure, d.tenure.Load(), d.Status().Floor, young.Granted)
+	}
+	if !d.Withdrawn(held[0]) || !d.Withdrawn(held[len(held)-1]) {
+		t.Errorf("the batch d minted in its fenced tenure %d is not withdrawn", tenure)
+	}
+	if fresh := tc.mint(d, 1); d.Withdrawn(fresh[0]) {
+		t.Errorf("an ID of d's new tenure %d is withdrawn", d.tenure.Load())
 	}
 	// d serves at real time's pace until real time has passed the young
 	// cluster's window: a duplicate fails the test in tc.issue.

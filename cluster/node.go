@@ -223,7 +223,11 @@ type Node struct {
 	gen atomic.Pointer[generator.Generator]
 	// tenure is the claim the generator belongs to; only the agent writes
 	// both, tenure before gen.
-	tenure      atomic.Uint64
+	tenure atomic.Uint64
+	// minted is the tenure and slot the latest generator mints under, and
+	// withdrawn what ended tenures of this process leave behind (withdraw.go).
+	minted      atomic.Pointer[mintedTenure]
+	withdrawn   withdrawals
 	leaderReady atomic.Bool  // this node leads and has passed its Barrier
 	lastGrant   atomic.Int64 // when a reserve last extended the window, Unix ns
 	// window is the last window a generator of this node held, for gossip

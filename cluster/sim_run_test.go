@@ -44,7 +44,7 @@ func TestSimulate(t *testing.T) {
 	}
 	t.Logf("seeds %d.. (at most %d seeds or %v)", first, seeds, budget)
 	start := time.Now()
-	var events, minted, clusters, wrongCluster, forged, meetings, fenced, fences, beforeFence, doomed, replaced int
+	var events, minted, clusters, wrongCluster, forged, meetings, fenced, fences, beforeFence, withdrawn, doomed, replaced int
 	var acts [actPromote + 1]int
 	var settle, worst time.Duration // time from the faults' end to liveness for good
 	var worstSeed int64
@@ -60,6 +60,7 @@ func TestSimulate(t *testing.T) {
 		clusters += len(w.cls)
 		wrongCluster += w.wrongCluster
 		beforeFence += w.beforeFence
+		withdrawn += w.withdrawn
 		fences += w.fences
 		if w.cfg.doomed {
 			doomed++
@@ -92,8 +93,8 @@ func TestSimulate(t *testing.T) {
 	t.Logf("the known sequences, reached: %d forwards refused as another cluster's (a wiped leader's new cluster at its address), "+
 		"%d forged claims with a datacenter outside the layout refused", wrongCluster, forged)
 	t.Logf("meetings of a younger cluster with an older one: %d, the loser fenced by the winner's leader in %d (fenceForeign's commands written: %d); "+
-		"IDs both handed out before the fence (the meeting's window): %d; quorums lost for good: %d, their replacement outranking the survivor in %d",
-		meetings, fenced, fences, beforeFence, doomed, replaced)
+		"IDs both handed out before the fence (the meeting's window): %d; buffered IDs withdrawn for an ended tenure: %d; quorums lost for good: %d, their replacement outranking the survivor in %d",
+		meetings, fenced, fences, beforeFence, withdrawn, doomed, replaced)
 	t.Logf("reconcile sweeps (the shipped sweepProbes and sweepActions) carried out: %d reaps, %d non-voters added, %d promotions, %d moves",
 		acts[actReap], acts[actAddNonvoter], acts[actPromote], acts[actMoveAddr])
 }
@@ -135,30 +136,47 @@ var simKnownSeeds = []struct {
 }{
 	{42654530852680, "world: a node that shut down after its leave was re-added as a voter by a heartbeat in the same step; the lone survivor then lacked the quorum of clocks for every reserve (liveness)"},
 	{45319, "a deposed leader answers \"not owner\" for a tenure its successor committed; the old agent stopped that valid generator on the answer (the mutation table's last row, first found at this seed)"},
-	{86114393541491, "meetings: the older leader fenced a younger cluster's window on its own slot, but its generator minted on into that window until its agent's next pass; an ID of the younger cluster handed out again (on the world that first modelled meetings; TestSimulatorFindsTheLateStop keeps a seed of today's)"},
-	{591, "the late stop's seed on today's world (TestSimulatorFindsTheLateStop)"},
+	{86114393541491, "meetings: the older leader fenced a younger cluster's window on its own slot, but its generator minted on into that window until its agent's next pass; an ID of the younger cluster handed out again (on the world that first modelled meetings; TestSimulatorFindsTheFencedHoldersGaps keeps a seed of today's)"},
+	{591, "the late stop's seed on today's world (TestSimulatorFindsTheFencedHoldersGaps)"},
+	{106197536555390, "meetings: the fence ended the older holder's tenure and its generator stopped at once, but its prefetch buffer still held batches minted in that tenure, inside the younger cluster's window; one was handed out after the fence (found once the check moved to hand-out time; fixed by Node.Withdrawn)"},
 }
 
-// TestSimulatorFindsTheLateStop replays a seed where a fence falls into the
-// gap the late stop left: with the generator stopped only by the agent's
-// next pass (as before fsm.afterApply), the older cluster's holder of the
-// fenced slot hands out an ID the younger cluster handed out; with the stop
-// on apply, the same schedule passes. The gap was first found at seed
-// 86114393541491 of the world that first modelled meetings; a change to the
-// world moves it (the test then says where it is now: seeds 1.. with
-// simFaults{lateStop: true}).
-func TestSimulatorFindsTheLateStop(t *testing.T) {
-	const seed = 591
-	w := newSimWorld(seed, simFaults{lateStop: true}, nil)
-	if err := w.run(); err == nil || !strings.Contains(err.Error(), "handed out twice") {
-		n, found := simSeedsToFailure(1, 4000, simFaults{lateStop: true}, nil)
-		if found == nil {
-			t.Fatalf("seed %d with the late stop: %v, want an ID handed out twice; and none of seeds 1..4000 finds it", seed, err)
-		}
-		t.Fatalf("seed %d with the late stop: %v, want an ID handed out twice; the world changed: seed %d (after %d) finds it now: %v", seed, err, found.seed, n, found.err)
-	}
-	if err := newSimWorld(seed, simFaults{}, nil).run(); err != nil {
-		t.Fatalf("seed %d: %v", seed, err)
+// TestSimulatorFindsTheFencedHoldersGaps replays, for each gap the meeting
+// model found in how a fenced holder stops, a seed where it shows: with the
+// product's fix reverted in the world, the older cluster's holder of the
+// fenced slot hands out an ID the younger cluster handed out; with the fix,
+// the same schedule passes.
+//   - lateStop: the generator stopped only by the agent's next pass (before
+//     fsm.afterApply). First found at seed 86114393541491 of the world that
+//     first modelled meetings.
+//   - keepEnded: the prefetch buffer hands out batches minted in the tenure
+//     the fence ended (before Node.Withdrawn). First found at seed
+//     106197536555390 once hand-outs were checked against the fence.
+//
+// A change to the world moves the seeds; the test then says where each gap
+// shows now (seeds 1.. with its fault).
+func TestSimulatorFindsTheFencedHoldersGaps(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		seed   int64
+		faults simFaults
+	}{
+		{"late stop", 591, simFaults{lateStop: true}},
+		{"ended tenure's buffered batches", 867, simFaults{keepEnded: true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newSimWorld(c.seed, c.faults, nil)
+			if err := w.run(); err == nil || !strings.Contains(err.Error(), "handed out twice") {
+				n, found := simSeedsToFailure(1, 4000, c.faults, nil)
+				if found == nil {
+					t.Fatalf("seed %d with the fault: %v, want an ID handed out twice; and none of seeds 1..4000 finds it", c.seed, err)
+				}
+				t.Fatalf("seed %d with the fault: %v, want an ID handed out twice; the world changed: seed %d (after %d) finds it now: %v", c.seed, err, found.seed, n, found.err)
+			}
+			if err := newSimWorld(c.seed, simFaults{}, nil).run(); err != nil {
+				t.Fatalf("seed %d: %v", c.seed, err)
+			}
+		})
 	}
 }
 

@@ -83,6 +83,10 @@ type simFaults struct {
 	// ended (no fsm.afterApply); only the agent's next pass does, as before
 	// the meeting model found the gap a fence falls into.
 	lateStop bool
+	// keepEnded: the buffer hands out batches minted in a tenure that has
+	// ended (no Node.Withdrawn), as before the check at hand-out time found
+	// a fenced holder's buffered batches repeating the other cluster's IDs.
+	keepEnded bool
 }
 
 // The prefetch buffer (rpc's Server): batches of simBatch IDs minted ahead,
@@ -232,8 +236,12 @@ type simNode struct {
 	// waiting for the leader to remove it (Leave); 0 otherwise.
 	leaving int
 
-	// buf is the prefetch buffer: batches minted ahead, handed out later.
-	buf []simBatchOf
+	// buf is the prefetch buffer: batches minted ahead, handed out later;
+	// minted and withdrawn are the node's (withdraw.go): the tenure its
+	// generator mints under, and what its ended tenures withdrew.
+	buf       []simBatchOf
+	minted    mintedTenure
+	withdrawn withdrawals
 
 	// agent side
 	believed    *simNode // the leader it forwards to (may be stale)
@@ -321,6 +329,8 @@ type simWorld struct {
 	// beforeFence counts IDs two clusters both handed out before the older
 	// one had fenced the younger (the meeting's window).
 	beforeFence int
+	// withdrawn counts buffered IDs dropped for a tenure that had ended.
+	withdrawn int
 	// fences counts the commands the older leaders' fences wrote.
 	fences int
 	// replacement: the cluster a doomed world's operator built.
@@ -529,6 +539,9 @@ func (n *simNode) catchUp(upTo int) {
 // whose tenure the replica just ended stops there and then, by the agent's
 // rule, whatever the agent is doing.
 func (n *simNode) stopIfEnded() {
+	if upTo, ended := endedUpTo(n.replica.state, n.id, n.minted); ended && !n.w.cfg.faults.keepEnded {
+		n.withdrawn.add(n.minted.slot, upTo)
+	}
 	if n.gen != nil && !n.w.cfg.faults.lateStop {
 		n.w.follow(n)
 	}
@@ -888,6 +901,7 @@ func (w *simWorld) start(n *simNode, tenure uint64, slot int, floor, granted int
 	}
 	g.Grant(granted)
 	n.gen, n.tenure, n.awaiting = g, tenure, 0
+	n.minted = mintedTenure{slot: slot, tenure: tenure}
 	w.logf("%s starts slot %d tenure %d floor %d granted %d", n.name(), slot, tenure, floor, granted)
 	n.lastReserve = w.now
 	w.reserve(n, reserveUpTo(g.Head(), unitsCeil(simLead, simUnit)))
@@ -1007,12 +1021,15 @@ func (w *simWorld) takeBuffered(n *simNode) (simBatchOf, bool) {
 	case generator.TakeRefuse:
 		return simBatchOf{}, false
 	}
-	if len(n.buf) == 0 {
-		return simBatchOf{}, false
+	for len(n.buf) > 0 {
+		b := n.buf[0]
+		n.buf = n.buf[1:]
+		if !n.withdrawn.covers(b.slot, simStamp(b.ids[0])) {
+			return b, true
+		}
+		w.withdrawn += len(b.ids)
 	}
-	b := n.buf[0]
-	n.buf = n.buf[1:]
-	return b, true
+	return simBatchOf{}, false
 }
 
 // draw is a client asking n for a batch, from its prefetch buffer or minted
@@ -1054,15 +1071,17 @@ func (w *simWorld) draw(n *simNode) {
 func (w *simWorld) handOut(n *simNode, b simBatchOf) {
 	tr := b.cl.truth.state.tenure(b.slot, b.tenure)
 	for _, id := range b.ids {
-		ts := id >> (simLayout.SequenceBits + simLayout.DatacenterBits + simLayout.MachineBits)
+		ts := simStamp(id)
 		slot := int(id>>simLayout.SequenceBits) & (simLayout.Slots() - 1)
 		who := simMint{n.name(), b.cl.id, b.tenure, slot, ts}
 		if prev, dup := w.ids[id]; dup {
-			if prev.cluster != who.cluster && !w.afterFence(b, prev.cluster) {
+			if prev.cluster != who.cluster && !w.afterFence(n, prev.cluster) {
 				// Two clusters before they met, or an ID the older one
-				// minted before its fence: the meeting's window, which no
-				// fence can take back (DESIGN.md, "A node mints only from
-				// its own log").
+				// handed out before its fence: the meeting's window, which
+				// no fence can take back (DESIGN.md, "A node mints only
+				// from its own log"). Once n's replica has applied the
+				// fence, nothing n hands out may repeat the other's, its
+				// buffered batches included (withdraw.go).
 				w.beforeFence++
 				continue
 			}
@@ -1203,12 +1222,12 @@ func (w *simWorld) doom() {
 	w.replacement.meetAt = w.now + leaderGrace + time.Duration(w.r.Int63n(int64(simMaxAhead)))
 }
 
-// afterFence: b was minted in a cluster that met the younger cluster
-// other and had fenced it, by a replica that had applied the fence.
-func (w *simWorld) afterFence(b simBatchOf, other string) bool {
+// afterFence: n, of the cluster that met the younger cluster other and
+// fenced it, hands out with a replica that has applied the fence.
+func (w *simWorld) afterFence(n *simNode, other string) bool {
 	for _, c := range w.cls {
-		if c.id == other && c.fencedBy == b.cl && c.fencedAt != 0 {
-			return b.applied >= c.fencedAt
+		if c.id == other && c.fencedBy == n.cl && c.fencedAt != 0 {
+			return n.applied >= c.fencedAt
 		}
 	}
 	return false
@@ -1288,6 +1307,7 @@ func (w *simWorld) crash(n *simNode) {
 	}
 	n.gen, n.tenure, n.awaiting, n.pending, n.ready, n.deposedUntil = nil, 0, 0, nil, false, 0
 	n.buf, n.leaving, n.initAt, n.pausedUntil = nil, 0, 0, 0
+	n.minted, n.withdrawn = mintedTenure{}, withdrawals{}
 	n.downAt = w.now
 	n.clocks.reset()
 	if n.cl != nil && n.cl.leader == n {
@@ -2062,4 +2082,9 @@ func (w *simWorld) run() error {
 		w.checkTenures(c)
 	}
 	return w.err
+}
+
+// simStamp is an ID's timestamp under the world's layout.
+func simStamp(id int64) int64 {
+	return id >> (simLayout.SequenceBits + simLayout.DatacenterBits + simLayout.MachineBits)
 }

@@ -84,7 +84,9 @@ const (
 	TakeDrop
 	// TakeBriefly: the node is not ready, but batches are buffered. They were
 	// minted inside a window the node's log granted, so they stay safe to
-	// hand out after a revoke: take the oldest, waiting only a moment.
+	// hand out after a revoke while their tenure lasts (the server drops
+	// those of a tenure that has ended): take the oldest, waiting only a
+	// moment.
 	TakeBriefly
 	// TakeWait: the node is ready: take the oldest batch, waiting for one for
 	// as long as the caller does.

@@ -31,6 +31,11 @@ type Issuer interface {
 	// older cluster's. The server checks it before every mint and every
 	// batch it serves, whatever NextBatch and Ready say.
 	Conflict() error
+	// Withdrawn reports whether id, a buffered ID, was minted in a tenure
+	// of the node that has ended since: the server drops its batch instead
+	// of handing it out (after a fence its IDs may repeat another
+	// cluster's).
+	Withdrawn(id int64) bool
 	// Status is the node's view of itself; serving reads the layout from
 	// it, to recover a buffered batch's slot.
 	Status() cluster.Status

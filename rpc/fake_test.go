@@ -29,6 +29,8 @@ type fakeBackend struct {
 	joinFn   func(addrs []string) (int, error) // Join's behaviour when set
 	mints    int
 	blocked  map[int]int // NextBatch calls waiting in block mode, by n
+	// withdrawnBelow: IDs below it are withdrawn (Issuer.Withdrawn)
+	withdrawnBelow int64
 }
 
 func (f *fakeBackend) DoorRefusals() map[string]uint64 {
@@ -99,6 +101,13 @@ func (f *fakeBackend) Conflict() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.conflict
+}
+
+// Withdrawn reports the IDs below what a test set as withdrawn.
+func (f *fakeBackend) Withdrawn(id int64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return id < f.withdrawnBelow
 }
 
 // mintCount is the number of batches NextBatch has minted.

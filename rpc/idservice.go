@@ -66,7 +66,8 @@ func (h *idService) GetIDBatch(ctx context.Context, req *idgenv1.GetIDBatchReque
 // a batch as long as the caller does; one that is not ready hands out what
 // it has buffered (minted inside a granted window, so still safe), waiting
 // only notReadyTakeWait, and otherwise answers Unavailable so the client
-// retries another node.
+// retries another node. Either way a batch minted in a tenure that has ended
+// since is dropped, never handed out (Issuer.Withdrawn).
 func (s *Server) takeBuffered(ctx context.Context) ([]int64, int, error) {
 	conflict := s.issuer.Conflict()
 	ready, reason := s.issuer.Ready()
@@ -76,26 +77,44 @@ func (s *Server) takeBuffered(ctx context.Context) ([]int64, int, error) {
 		return nil, -1, conflict
 	case generator.TakeWait:
 		_, identity := callerOf(ctx)
-		ids, err := s.fair.take(ctx, identity)
-		if err != nil {
-			return nil, -1, err
+		for {
+			ids, err := s.fair.take(ctx, identity)
+			if err != nil {
+				return nil, -1, err
+			}
+			if !s.withdrawn(ids) {
+				return s.withSlot(ids)
+			}
 		}
-		return s.withSlot(ids)
 	}
 	notReady := fmt.Errorf("%w: %s", cluster.ErrNotReady, reason)
-	if s.buf.Len() == 0 { // TakeRefuse, or the buffer emptied meanwhile
-		return nil, -1, notReady
-	}
 	short, cancel := context.WithTimeout(ctx, notReadyTakeWait)
 	defer cancel()
-	ids, err := s.buf.Take(short)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, -1, err
+	for {
+		if s.buf.Len() == 0 { // TakeRefuse, or the buffer emptied meanwhile
+			return nil, -1, notReady
 		}
-		return nil, -1, notReady
+		ids, err := s.buf.Take(short)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, -1, err
+			}
+			return nil, -1, notReady
+		}
+		if !s.withdrawn(ids) {
+			return s.withSlot(ids)
+		}
 	}
-	return s.withSlot(ids)
+}
+
+// withdrawn drops a buffered batch minted in a tenure that has ended
+// (Issuer.Withdrawn of its first, lowest ID), counting its IDs.
+func (s *Server) withdrawn(ids []int64) bool {
+	if len(ids) == 0 || !s.issuer.Withdrawn(ids[0]) {
+		return false
+	}
+	s.metrics.withdrawn.Add(float64(len(ids)))
+	return true
 }
 
 // withSlot recovers the slot a buffered batch was minted with from its first

@@ -20,6 +20,7 @@ var raftStates = []string{"follower", "candidate", "leader", "shutdown"}
 type metrics struct {
 	idsIssued     prometheus.Counter
 	batchesServed *prometheus.CounterVec
+	withdrawn     prometheus.Counter
 	// grpc is go-grpc-middleware's standard server metrics
 	// (grpc_server_handled_total, grpc_server_handling_seconds, ...): the
 	// names every gRPC dashboard and alert already knows.
@@ -36,6 +37,10 @@ func newMetrics(reg prometheus.Registerer, backend Backend, buf *generator.Buffe
 			Namespace: metricsNamespace, Name: "batches_served_total",
 			Help: "GetIDBatch calls answered with IDs, by source (buffer or direct).",
 		}, []string{"source"}),
+		withdrawn: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Name: "ids_withdrawn_total",
+			Help: "Buffered IDs dropped, never handed out, because the tenure that minted them ended (a fence, a removal, a release).",
+		}),
 		grpc: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
 			grpcprom.WithHistogramBuckets([]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}),
 		)),
@@ -48,7 +53,7 @@ func newMetrics(reg prometheus.Registerer, backend Backend, buf *generator.Buffe
 		Namespace: metricsNamespace, Name: "buffer_capacity",
 		Help: "Batches the prefetch buffer holds when full.",
 	}, func() float64 { return float64(buf.Cap()) })
-	for _, c := range []prometheus.Collector{m.idsIssued, m.batchesServed, m.grpc, bufferDepth, bufferCap, newStatusCollector(backend)} {
+	for _, c := range []prometheus.Collector{m.idsIssued, m.batchesServed, m.withdrawn, m.grpc, bufferDepth, bufferCap, newStatusCollector(backend)} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("rpc: register metrics: %w", err)
 		}

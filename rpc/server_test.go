@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -431,6 +432,9 @@ func counterValue(t *testing.T, g prometheus.Gatherer, name, label, value string
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			if label == "" {
+				return m.GetCounter().GetValue()
+			}
 			for _, lp := range m.GetLabel() {
 				if lp.GetName() == label && lp.GetValue() == value {
 					return m.GetCounter().GetValue()
@@ -452,5 +456,43 @@ func TestNewServerValidatesConfig(t *testing.T) {
 		if _, err := NewServer(cfg); err == nil {
 			t.Errorf("NewServer(%+v) accepted", cfg)
 		}
+	}
+}
+
+// TestWithdrawnBatchesAreNeverHandedOut: batches minted in a tenure that has
+// ended since (after a fence, possibly another cluster's IDs) are dropped
+// from the buffer, whether the node is ready (a new tenure) or not, and
+// counted; none reaches a caller.
+func TestWithdrawnBatchesAreNeverHandedOut(t *testing.T) {
+	for _, ready := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ready=%v", ready), func(t *testing.T) {
+			b := newFakeBackend(1)
+			ts := startServer(t, b, ServerConfig{BatchSize: 10, BufferDepth: 3})
+			harness.WaitFor(t, 5*time.Second, "buffer full", func() bool { return ts.srv.buf.Len() == 3 })
+			b.mu.Lock()
+			// Every ID minted so far, and the batch the producer may hold.
+			limit, err := b.layout.Compose(1+(b.counter+10)/b.layout.SequencePerUnit(), b.slot, (b.counter+10)%b.layout.SequencePerUnit())
+			if err != nil {
+				b.mu.Unlock()
+				t.Fatal(err)
+			}
+			b.withdrawnBelow = limit
+			b.mu.Unlock()
+			if !ready {
+				b.setReady(false, "slot lost: tenure ended")
+			}
+			c := idgenv1.NewIDServiceClient(ts.conn)
+			resp, err := c.GetIDBatch(ctxT(t), &idgenv1.GetIDBatchRequest{})
+			if !ready {
+				wantCode(t, err, codes.Unavailable, "tenure ended")
+			} else if err != nil {
+				t.Fatal(err)
+			} else if ids := resp.GetIds(); len(ids) != 10 || ids[0] < limit {
+				t.Fatalf("handed out %d IDs from %d, below the withdrawn limit %d", len(ids), ids[0], limit)
+			}
+			if got := counterValue(t, ts.reg, "idgen_ids_withdrawn_total", "", ""); got < 30 {
+				t.Fatalf("%v IDs counted as withdrawn, want the 30 buffered", got)
+			}
+		})
 	}
 }

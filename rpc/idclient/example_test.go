@@ -82,6 +82,7 @@ func (d *demoNode) NextBatch(_ context.Context, n int) ([]int64, int, error) {
 }
 func (d *demoNode) Ready() (bool, string)                             { return true, "" }
 func (d *demoNode) Conflict() error                                   { return nil }
+func (d *demoNode) Withdrawn(int64) bool                              { return false }
 func (d *demoNode) Members() ([]cluster.MemberInfo, string)           { return nil, "" }
 func (d *demoNode) Status() cluster.Status                            { return cluster.Status{Slot: 3, Layout: d.layout} }
 func (d *demoNode) Join([]string) (int, error)                        { return 0, nil }

@@ -153,6 +153,9 @@ func (f *Node) Ready() (bool, string) {
 // Conflict reports none: the node never meets another cluster.
 func (f *Node) Conflict() error { return nil }
 
+// Withdrawn reports none: the node's tenure never ends.
+func (f *Node) Withdrawn(int64) bool { return false }
+
 // Members reports the View's members.
 func (f *Node) Members() ([]cluster.MemberInfo, string) {
 	if f.view == nil {

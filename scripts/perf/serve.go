@@ -63,6 +63,7 @@ func (u *unlimited) NextBatch(ctx context.Context, n int) ([]int64, int, error) 
 }
 func (u *unlimited) Ready() (bool, string)                   { return true, "" }
 func (u *unlimited) Conflict() error                         { return nil }
+func (u *unlimited) Withdrawn(int64) bool                    { return false }
 func (u *unlimited) Members() ([]cluster.MemberInfo, string) { return nil, "" }
 func (u *unlimited) Status() cluster.Status                  { return cluster.Status{Slot: 0, Layout: u.g.Layout()} }
 func (u *unlimited) Join([]string) (int, error)              { return 0, errNotHere }
