@@ -119,6 +119,9 @@ type Status struct {
 	// left out; nil from a release before protocol 2). Another cluster that
 	// meets this one fences them all (foreign.go).
 	GrantedWindows map[int]int64
+	// Started is when the answering process started (Unix ns; 0 from older
+	// nodes): two processes with one node ID are copies (twins.go).
+	Started int64
 }
 
 // ReasonLeaving is the not-ready reason of a node that is leaving the

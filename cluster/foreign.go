@@ -46,6 +46,10 @@ type foreignProof struct {
 	// ready, or knows a Raft leader).
 	serving bool
 	at      time.Time
+	// started and addr: a copy of this node's own data dir (twins.go), its
+	// process start (Unix ns) and gRPC address; zero for other clusters.
+	started int64
+	addr    string
 }
 
 // foreignBook keeps the latest proof of every member of another cluster, and

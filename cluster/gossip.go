@@ -97,6 +97,10 @@ type gossip struct {
 	list   *memberlist.Memberlist
 	logger *slog.Logger
 	noise  *door.RateLog // memberlist's warnings and errors
+	// name is this node's gossip name; sighted hears its own name at
+	// another address (NotifyConflict).
+	name    string
+	sighted func(gossipAddr, grpcAddr string)
 	// updating serializes UpdateNode calls (updateMeta).
 	updating sync.Mutex
 
@@ -108,8 +112,13 @@ type gossip struct {
 }
 
 // Config helpers live in node.go; openGossip starts memberlist.
-func openGossip(cfg *Config, nodeID string, local meta, counts *door.Counts, logger *slog.Logger) (*gossip, error) {
+//
+// sighted (may be nil) hears every address gossip shows this node's own
+// name alive at, with the gRPC address its metadata names (twins.go).
+func openGossip(cfg *Config, nodeID string, local meta, counts *door.Counts, logger *slog.Logger, sighted func(gossipAddr, grpcAddr string)) (*gossip, error) {
 	g := &gossip{
+		name:    nodeID,
+		sighted: sighted,
 		logger:  logger.With("component", "gossip"),
 		local:   local,
 		members: map[string]*gossipMember{},
@@ -140,6 +149,7 @@ func openGossip(cfg *Config, nodeID string, local meta, counts *door.Counts, log
 	mc.AdvertiseAddr, mc.AdvertisePort = ahost, aport
 	mc.Delegate = g
 	mc.Events = g
+	mc.Conflict = g
 	// A node that restarts on a new address keeps its name (its node ID);
 	// without this memberlist refuses it as a name conflict.
 	mc.DeadNodeReclaimTime = 5 * time.Second
@@ -205,6 +215,20 @@ func (g *gossip) MergeRemoteState(buf []byte, join bool)     {}
 func (g *gossip) NotifyJoin(n *memberlist.Node)   { g.record(n, false) }
 func (g *gossip) NotifyLeave(n *memberlist.Node)  { g.record(n, true) }
 func (g *gossip) NotifyUpdate(n *memberlist.Node) { g.record(n, false) }
+
+// NotifyConflict implements memberlist.ConflictDelegate: a member's name
+// alive at a second address. memberlist calls it under its own lock, so it
+// only records a sighting of this node's own name; the node asks later.
+func (g *gossip) NotifyConflict(existing, other *memberlist.Node) {
+	if existing.Name != g.name || other.Name != g.name || g.sighted == nil {
+		return
+	}
+	var m meta
+	if err := json.Unmarshal(other.Meta, &m); err != nil {
+		return
+	}
+	g.sighted(other.Address(), m.GRPCAddr)
+}
 
 func (g *gossip) record(n *memberlist.Node, gone bool) {
 	m := &gossipMember{ID: n.Name, Addr: n.Address(), State: MemberAlive, Since: g.now()}

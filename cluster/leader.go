@@ -492,7 +492,10 @@ func (n *Node) fenceForeign() {
 	if !ok {
 		return
 	}
-	for _, f := range foreignFences(n.proveForeign(own), layout) {
+	// Copies of this node's data dir that stopped are fenced like another
+	// cluster (twins.go): their log granted windows this one never saw.
+	proofs := append(n.proveForeign(own), n.copies.copies()...)
+	for _, f := range foreignFences(proofs, layout) {
 		if f.otherLayout {
 			n.peerRefusal("fence:"+f.foreign, "not fencing a window of another cluster of another layout: its IDs "+
 				"are not comparable with this cluster's", "other_cluster", f.foreign, "other_layout", f.layout.String(), "own_layout", layout.String())

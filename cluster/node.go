@@ -235,6 +235,10 @@ type Node struct {
 	window atomic.Pointer[heldWindow]
 	// foreign: what members of other clusters proved of themselves.
 	foreign foreignBook
+	// copies: processes running this node's identity elsewhere (twins.go);
+	// started: when this process started, Unix ns.
+	copies  twinBook
+	started int64
 	// recorded is the layout the data dir records for the node's cluster
 	// (nil until its log's first entry has been seen; layoutrecord.go).
 	recorded atomic.Pointer[generator.Layout]
@@ -307,6 +311,7 @@ func Open(cfg Config) (*Node, error) {
 		logger:     logger,
 		clock:      &offsetClock{base: cfg.Clock},
 		fsm:        newFSM(),
+		started:    time.Now().UnixNano(),
 		shutdownCh: make(chan struct{}),
 		handoff:    make(chan struct{}, 1),
 		peerLog:    door.NewRateLog(logger, peerLogEvery),
@@ -337,7 +342,9 @@ func Open(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	local.Member = n.rs.hadState
-	n.gossip, err = openGossip(&n.cfg, id, local, n.doors, logger)
+	n.gossip, err = openGossip(&n.cfg, id, local, n.doors, logger, func(gossipAddr, grpcAddr string) {
+		n.copies.sighted(gossipAddr, grpcAddr, time.Now())
+	})
 	if err != nil {
 		n.rs.close()
 		return nil, err
@@ -420,6 +427,7 @@ func (n *Node) housekeeping() {
 		}
 		n.leaderKnown() // keeps leaderSeen fresh between readiness checks
 		n.checkConflict()
+		n.checkCopies()
 		odd := n.protocolOdd() // off the serving path: Ready reads it
 		n.odd.Store(&odd)
 		n.logReadiness()
@@ -615,6 +623,7 @@ func (n *Node) Status() Status {
 	addr, id := n.rs.raft.LeaderWithID()
 	st.LeaderID, st.LeaderAddr = string(id), string(addr)
 	st.ClusterID = n.ownCluster()
+	st.Started = n.started
 	st.RaftAddr, st.Leaving = n.cfg.RaftAdvertise, n.leaving.Load()
 	st.Protocols = n.cfg.protocols
 	_, st.ClusterProtocol, _ = n.clusterProtocol()

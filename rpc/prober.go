@@ -84,6 +84,7 @@ func (p *PeerProber) Probe(ctx context.Context, grpcAddr string) (cluster.Status
 		Protocols:       cluster.ProtocolRange{Min: int(st.GetProtocolMin()), Max: int(st.GetProtocolMax())},
 		ClusterProtocol: int(st.GetClusterProtocol()),
 		Clock:           st.GetClockUnixNano(),
+		Started:         st.GetProcessStartedUnixNano(),
 	}
 	// The cluster's layout: another cluster's windows are compared with this
 	// one's only in one layout (cluster/foreign.go). Empty while the node

@@ -498,8 +498,13 @@ type StatusResponse struct {
 	// them, not only the window this node's own generator held (protocol 2
 	// on; empty from older nodes). Read only from an authenticated answer.
 	GrantedWindows []*SlotWindow `protobuf:"bytes,29,rep,name=granted_windows,json=grantedWindows,proto3" json:"granted_windows,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// When the answering process started (Unix nanoseconds). Two processes
+	// that answer with one node ID run copies of one data dir: the one that
+	// started later stops (0 from older nodes, which are never taken for a
+	// copy).
+	ProcessStartedUnixNano int64 `protobuf:"varint,30,opt,name=process_started_unix_nano,json=processStartedUnixNano,proto3" json:"process_started_unix_nano,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -733,6 +738,13 @@ func (x *StatusResponse) GetGrantedWindows() []*SlotWindow {
 		return x.GrantedWindows
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetProcessStartedUnixNano() int64 {
+	if x != nil {
+		return x.ProcessStartedUnixNano
+	}
+	return 0
 }
 
 type SlotWindow struct {
@@ -1434,7 +1446,7 @@ const file_idgen_v1_idgen_proto_rawDesc = "" +
 	"\x0fMembersResponse\x12*\n" +
 	"\amembers\x18\x01 \x03(\v2\x10.idgen.v1.MemberR\amembers\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\"\x0f\n" +
-	"\rStatusRequest\"\xe2\a\n" +
+	"\rStatusRequest\"\x9d\b\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1472,7 +1484,8 @@ const file_idgen_v1_idgen_proto_rawDesc = "" +
 	"\n" +
 	"datacenter\x18\x1c \x01(\x05H\x00R\n" +
 	"datacenter\x88\x01\x01\x12=\n" +
-	"\x0fgranted_windows\x18\x1d \x03(\v2\x14.idgen.v1.SlotWindowR\x0egrantedWindowsB\r\n" +
+	"\x0fgranted_windows\x18\x1d \x03(\v2\x14.idgen.v1.SlotWindowR\x0egrantedWindows\x129\n" +
+	"\x19process_started_unix_nano\x18\x1e \x01(\x03R\x16processStartedUnixNanoB\r\n" +
 	"\v_datacenter\":\n" +
 	"\n" +
 	"SlotWindow\x12\x12\n" +
