@@ -35,6 +35,7 @@ import (
 	"math"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -235,9 +236,14 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	follow := followBuilder{interval: o.follow}
+	var self atomic.Pointer[grpc.ClientConn]
+	if o.subset.Size > 0 {
+		follow.subsetKey, follow.self = o.subset.Key, &self
+	}
 	dialOpts := append([]grpc.DialOption{
 		creds,
-		grpc.WithResolvers(listBuilder{}, followBuilder{interval: o.follow}),
+		grpc.WithResolvers(listBuilder{}, follow),
 		grpc.WithDefaultServiceConfig(serviceConfig(o.subset)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time:                20 * time.Second, // servers permit pings every 10 s
@@ -249,6 +255,7 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idclient: dial %q: %w", target, err)
 	}
+	self.Store(conn)
 	c := &Client{conn: conn, ids: idgenv1.NewIDServiceClient(conn), callTimeout: o.callTimeout,
 		hedgeDelay: o.hedgeDelay, hedgeAttempts: o.hedgeAttempts}
 	if o.layout != nil {

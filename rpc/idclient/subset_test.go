@@ -9,10 +9,12 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/idgen/idgen/cluster"
 	"github.com/idgen/idgen/rpc"
 	"github.com/idgen/idgen/rpc/rpctest"
 	"github.com/idgen/idgen/scripts/harness"
@@ -133,19 +135,54 @@ func TestSubsetKeepsFailingNodes(t *testing.T) {
 }
 
 // fleetNode is a node on a port of its own from the harness, which can stop
-// and start again on it, and counts the connections it accepts.
+// and start again on it, and counts the connections it accepts. It answers
+// Members with its fleet's list.
 type fleetNode struct {
-	fake     *rpctest.Node
-	name     string
-	addr     string
-	srv      *rpc.Server
-	accepted atomic.Int64
-	open     atomic.Int64
+	fake         *rpctest.Node
+	list         *memberList
+	name         string
+	addr         string
+	srv          *rpc.Server
+	accepted     atomic.Int64
+	open         atomic.Int64
+	membersAsked atomic.Int64
 }
 
-func startFleetNode(t *testing.T, slot int) *fleetNode {
+// memberList is what a fleet's nodes answer Members with.
+type memberList struct {
+	mu      sync.Mutex
+	members []cluster.MemberInfo
+}
+
+// set lists addrs as alive, and gone as left.
+func (l *memberList) set(addrs []string, gone ...string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.members = nil
+	for _, a := range addrs {
+		l.members = append(l.members, cluster.MemberInfo{GRPCAddr: a, GossipState: "alive", Slot: -1})
+	}
+	for _, a := range gone {
+		l.members = append(l.members, cluster.MemberInfo{GRPCAddr: a, GossipState: "left", Slot: -1})
+	}
+}
+
+// listingNode is a fake node that answers Members from its fleet's list.
+type listingNode struct {
+	*rpctest.Node
+	n *fleetNode
+}
+
+func (l listingNode) Members() ([]cluster.MemberInfo, string) {
+	l.n.membersAsked.Add(1)
+	l.n.list.mu.Lock()
+	defer l.n.list.mu.Unlock()
+	return slices.Clone(l.n.list.members), ""
+}
+
+func startFleetNode(t *testing.T, slot int, list *memberList) *fleetNode {
 	t.Helper()
-	n := &fleetNode{fake: rpctest.NewNode(slot), name: fmt.Sprintf("node-%d", slot),
+	n := &fleetNode{fake: rpctest.NewNode(slot), list: list, name: fmt.Sprintf("node-%d", slot),
 		addr: fmt.Sprintf("127.0.0.1:%d", harness.NextPort(t))}
 	n.start(t)
 	t.Cleanup(n.stop)
@@ -154,7 +191,7 @@ func startFleetNode(t *testing.T, slot int) *fleetNode {
 
 func (n *fleetNode) start(t *testing.T) {
 	t.Helper()
-	srv, err := rpc.NewServer(rpc.ServerConfig{Backend: n.fake, NodeName: n.name, BatchSize: 10,
+	srv, err := rpc.NewServer(rpc.ServerConfig{Backend: listingNode{Node: n.fake, n: n}, NodeName: n.name, BatchSize: 10,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ReadyPollInterval: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -197,13 +234,15 @@ func (c *countedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// fleet starts three nodes and returns them in the rendezvous order of key.
+// fleet starts three nodes and returns them in the rendezvous order of key;
+// they answer Members with an empty list until it is set.
 func fleet(t *testing.T, key string) []*fleetNode {
 	t.Helper()
 	byAddr := map[string]*fleetNode{}
 	var addrs []string
+	list := &memberList{}
 	for slot := range 3 {
-		n := startFleetNode(t, slot)
+		n := startFleetNode(t, slot, list)
 		byAddr[n.addr] = n
 		addrs = append(addrs, n.addr)
 	}
@@ -296,6 +335,29 @@ func TestSubsetAllDownUsesTheRest(t *testing.T) {
 	nodes[0].fake.SetReady(false, "no slot")
 	nodes[1].fake.SetReady(false, "no slot")
 	onlyServedBy(t, c, nodes[2], "calls served by the node outside the subset")
+}
+
+// An idgen:/// target with a subset asks for the members through its own
+// connection: seeded with its first node, the client connects to that node
+// alone (once), and when the node leaves it moves to the next one in its
+// order, never touching the third.
+func TestSubsetOfFollowedTarget(t *testing.T) {
+	const key = "shortener-10"
+	nodes := fleet(t, key)
+	list := nodes[0].list
+	list.set([]string{nodes[0].addr, nodes[1].addr, nodes[2].addr})
+	c := dial(t, "idgen:///"+nodes[0].addr, WithRefreshInterval(time.Second), WithSubset(1), WithSubsetKey(key))
+	onlyServedBy(t, c, nodes[0], "calls served by the first member in the order")
+	harness.WaitFor(t, 10*time.Second, "a refresh through the subset", func() bool { return nodes[0].membersAsked.Load() >= 2 })
+	if open := nodes[0].open.Load(); open != 1 {
+		t.Fatalf("the subset's node holds %d connections of the client, want 1 (Members asked through it)", open)
+	}
+
+	list.set([]string{nodes[1].addr, nodes[2].addr}, nodes[0].addr)
+	onlyServedBy(t, c, nodes[1], "calls served by the next member once the first left")
+	if got := nodes[2].accepted.Load(); got != 0 {
+		t.Fatalf("the third node accepted %d connections", got)
+	}
 }
 
 // Without WithSubsetKey the key is the host name.
