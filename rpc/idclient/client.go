@@ -17,6 +17,10 @@
 // Any other target with a scheme ("passthrough:///…", "unix://…") is passed to
 // gRPC unchanged.
 //
+// A client of a large fleet can connect to a few of the nodes instead of
+// all of them (WithSubset), chosen from its own key so that the fleet
+// spreads evenly over the nodes.
+//
 // It holds what a service that takes IDs or short codes (a URL shortener)
 // needs, and nothing else: Dial and its options (timeouts, hedging, TLS), a
 // Pool for NextID and NextCode (a generator.Codec keyed by ReadCodeKey), and
