@@ -44,9 +44,14 @@ type ejectingBuilder struct{}
 
 func (ejectingBuilder) Name() string { return balancerName }
 
-// Build gives each ClientConn its own ejection bookkeeping.
+// Build gives each ClientConn its own ejection bookkeeping, under the subset
+// balancer (subset.go), which passes every address on unless the config
+// asks for a subset.
 func (ejectingBuilder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balancer.Balancer {
-	return base.NewBalancerBuilder(balancerName, &ejectingPickerBuilder{ej: newEjector()}, base.Config{HealthCheck: true}).Build(cc, opts)
+	b := &subsetBalancer{watched: map[string]*watchedConn{}}
+	b.Balancer = base.NewBalancerBuilder(balancerName, &ejectingPickerBuilder{ej: newEjector()}, base.Config{HealthCheck: true}).
+		Build(subsetConn{ClientConn: cc, b: b}, opts)
+	return b
 }
 
 func newEjector() *ejector {

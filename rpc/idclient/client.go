@@ -17,6 +17,10 @@
 // Any other target with a scheme ("passthrough:///…", "unix://…") is passed to
 // gRPC unchanged.
 //
+// A client of a large fleet can connect to a few of the nodes instead of
+// all of them (WithSubset), chosen from its own key so that the fleet
+// spreads evenly over the nodes.
+//
 // It holds what a service that takes IDs or short codes (a URL shortener)
 // needs, and nothing else: Dial and its options (timeouts, hedging, TLS), a
 // Pool for NextID and NextCode (a generator.Codec keyed by ReadCodeKey), and
@@ -29,10 +33,13 @@ package idclient
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -56,13 +63,16 @@ const HealthService = "idgen.v1.IDService"
 // the caller's context has no earlier deadline.
 const DefaultCallTimeout = 2 * time.Second
 
-// serviceConfig: round robin with ejection over SERVING nodes; GetIDBatch is
-// retried on UNAVAILABLE at most 3 more times (4 attempts), with 50-400 ms of
-// jittered backoff, each retry going to the next node. Other codes are not
-// retried: ResourceExhausted means the deadline is spent, InvalidArgument will
-// not change.
-const serviceConfig = `{
-  "loadBalancingConfig": [{"` + balancerName + `": {}}],
+// serviceConfig: round robin with ejection over SERVING nodes, over a subset
+// of them when sub.Size asks for one; GetIDBatch is retried on UNAVAILABLE
+// at most 3 more times (4 attempts), with 50-400 ms of jittered backoff, each
+// retry going to the next node. Other codes are not retried:
+// ResourceExhausted means the deadline is spent, InvalidArgument will not
+// change.
+func serviceConfig(sub subsetConfig) string {
+	lb, _ := json.Marshal(map[string]subsetConfig{balancerName: sub}) // strings and ints only: cannot fail
+	return `{
+  "loadBalancingConfig": [` + string(lb) + `],
   "healthCheckConfig": {"serviceName": "` + HealthService + `"},
   "methodConfig": [{
     "name": [{"service": "idgen.v1.IDService"}],
@@ -75,6 +85,7 @@ const serviceConfig = `{
     }
   }]
 }`
+}
 
 // Option configures Dial.
 type Option func(*options)
@@ -88,6 +99,7 @@ type options struct {
 	tlsFiles      tlsconf.Files
 	tlsConfig     *tls.Config
 	layout        *generator.Layout
+	subset        subsetConfig
 }
 
 // WithCallTimeout sets the bound for one GetIDBatch call (default
@@ -105,6 +117,25 @@ func WithHedge(delay time.Duration, attempts int) Option {
 // WithRefreshInterval sets how often an idgen:/// target asks the cluster
 // for its members (default DefaultRefreshInterval, at least 1 s).
 func WithRefreshInterval(d time.Duration) Option { return func(o *options) { o.follow = d } }
+
+// WithSubset makes the client connect to size of the target's nodes instead
+// of all of them, for a fleet whose pods times nodes would pass a node's
+// bound on client connections (idgend --grpc-max-client-conns). The subset
+// is chosen from the client's key (WithSubsetKey) by rendezvous hashing, so
+// a fleet spreads evenly over the nodes and a node joining or leaving moves
+// only the clients whose subset it enters or leaves. A node in the subset
+// that fails (its connection, or its health check: not ready) stays
+// connected while the next node in the client's order is added, and is used
+// again once it recovers. size <= 0, the default, or at least the number of
+// nodes means all of them.
+func WithSubset(size int) Option { return func(o *options) { o.subset.Size = size } }
+
+// WithSubsetKey sets the identity the subset is chosen from (default: the
+// host name, os.Hostname, which on Kubernetes is the pod's name). Clients
+// with one key pick the same nodes, so every pod needs its own: pods that
+// share one client certificate still need distinct keys, which is why the
+// default is the host name and not the certificate.
+func WithSubsetKey(key string) Option { return func(o *options) { o.subset.Key = key } }
 
 // WithTLS dials with mutual TLS: the client shows the certificate in
 // certFile (key in keyFile) and trusts servers whose certificate chains to the
@@ -183,6 +214,13 @@ func Dial(target string, opts ...Option) (*Client, error) {
 			return nil, fmt.Errorf("%w: WithLayout: %v", ErrBadOption, err)
 		}
 	}
+	if o.subset.Size > 0 && o.subset.Key == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			return nil, fmt.Errorf("%w: WithSubset needs a key, and the host name is unknown (%v): give WithSubsetKey", ErrBadOption, err)
+		}
+		o.subset.Key = host
+	}
 	target = strings.TrimSpace(target)
 	if target == "" {
 		return nil, errors.New("idclient: empty target; want host:port[,host:port…] or dns:///name:port")
@@ -202,10 +240,15 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	follow := followBuilder{interval: o.follow}
+	var self atomic.Pointer[grpc.ClientConn]
+	if o.subset.Size > 0 {
+		follow.subsetKey, follow.self = o.subset.Key, &self
+	}
 	dialOpts := append([]grpc.DialOption{
 		creds,
-		grpc.WithResolvers(listBuilder{}, followBuilder{interval: o.follow}),
-		grpc.WithDefaultServiceConfig(serviceConfig),
+		grpc.WithResolvers(listBuilder{}, follow),
+		grpc.WithDefaultServiceConfig(serviceConfig(o.subset)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time:                20 * time.Second, // servers permit pings every 10 s
 			Timeout:             5 * time.Second,
@@ -216,6 +259,7 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idclient: dial %q: %w", target, err)
 	}
+	self.Store(conn)
 	c := &Client{conn: conn, ids: idgenv1.NewIDServiceClient(conn), callTimeout: o.callTimeout,
 		hedgeDelay: o.hedgeDelay, hedgeAttempts: o.hedgeAttempts}
 	if o.layout != nil {

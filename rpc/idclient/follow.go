@@ -2,12 +2,14 @@ package idclient
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -42,6 +44,12 @@ const (
 // followBuilder builds a followResolver per ClientConn.
 type followBuilder struct {
 	interval time.Duration
+	// With a subset, the resolver asks through the client's own
+	// connection (self, set once Dial has made it) first, and then the
+	// members in subsetKey's rendezvous order, so that it opens no
+	// connection outside the subset while the subset answers.
+	subsetKey string
+	self      *atomic.Pointer[grpc.ClientConn]
 }
 
 func (followBuilder) Scheme() string { return followScheme }
@@ -57,7 +65,7 @@ func (b followBuilder) Build(target resolver.Target, cc resolver.ClientConn, opt
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &followResolver{
-		cc: cc, seeds: seeds, creds: creds, interval: b.interval,
+		cc: cc, seeds: seeds, creds: creds, interval: b.interval, subsetKey: b.subsetKey, self: b.self,
 		conns: map[string]*grpc.ClientConn{}, now: make(chan struct{}, 1),
 		cancel: cancel, done: make(chan struct{}),
 	}
@@ -73,13 +81,15 @@ func (b followBuilder) Build(target resolver.Target, cc resolver.ClientConn, opt
 // followResolver keeps the ClientConn's addresses equal to the cluster's
 // members. When no member or seed answers it keeps the last list.
 type followResolver struct {
-	cc       resolver.ClientConn
-	seeds    []string
-	creds    grpc.DialOption
-	interval time.Duration
-	now      chan struct{} // a refresh was asked for
-	cancel   context.CancelFunc
-	done     chan struct{}
+	cc        resolver.ClientConn
+	seeds     []string
+	creds     grpc.DialOption
+	interval  time.Duration
+	subsetKey string                           // with self: the client's
+	self      *atomic.Pointer[grpc.ClientConn] // nil without a subset
+	now       chan struct{}                    // a refresh was asked for
+	cancel    context.CancelFunc
+	done      chan struct{}
 
 	mu    sync.Mutex
 	known []string                    // the last list given to cc
@@ -131,31 +141,13 @@ func (r *followResolver) run(ctx context.Context) {
 	}
 }
 
-// refresh asks the known members and the seeds for the member list and
-// passes it on; on failure the last list stays.
+// refresh asks for the member list (through the subset first, if the
+// client has one) and passes it on; on failure the last list stays.
 func (r *followResolver) refresh(ctx context.Context) {
-	r.mu.Lock()
-	cands := slices.Clone(r.known)
-	r.mu.Unlock()
-	rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-	for _, s := range r.seeds {
-		if !slices.Contains(cands, s) {
-			cands = append(cands, s)
-		}
+	addrs, err := r.membersThroughSubset(ctx)
+	if err != nil {
+		addrs, err = r.membersFromAny(ctx)
 	}
-	ctx, cancel := context.WithTimeout(ctx, membersTimeout)
-	defer cancel()
-	// Ask one candidate at a time, the next one when the last has not
-	// answered within membersHedge: a paused node must not hold this up.
-	next := 0
-	addrs, err := hedge(ctx, len(cands), membersHedge, func(error) bool { return true },
-		func(ctx context.Context) ([]string, error) {
-			r.mu.Lock()
-			a := cands[next]
-			next++
-			r.mu.Unlock()
-			return r.members(ctx, a)
-		})
 	if err != nil {
 		if ctx.Err() == nil || ctx.Err() == context.DeadlineExceeded {
 			slog.Debug("idclient: no member list from any node or seed; keeping the last", "err", err)
@@ -167,16 +159,62 @@ func (r *followResolver) refresh(ctx context.Context) {
 	}
 }
 
-// members asks addr for the gRPC addresses of the members that gossip has
-// not declared dead or gone.
-func (r *followResolver) members(ctx context.Context, addr string) ([]string, error) {
-	conn, err := r.conn(addr)
-	if err != nil {
-		return nil, err
+// membersThroughSubset asks through the client's own connection, which
+// reaches its subset's nodes.
+func (r *followResolver) membersThroughSubset(ctx context.Context) ([]string, error) {
+	var conn *grpc.ClientConn
+	if r.self != nil {
+		conn = r.self.Load()
 	}
+	if conn == nil {
+		return nil, errors.New("idclient: no subset connection")
+	}
+	ctx, cancel := context.WithTimeout(ctx, membersTimeout)
+	defer cancel()
+	return members(ctx, conn, "the subset")
+}
+
+// membersFromAny asks the known members and the seeds, over connections of
+// its own: in the subset's order with a subset, in random order without.
+func (r *followResolver) membersFromAny(ctx context.Context) ([]string, error) {
+	r.mu.Lock()
+	cands := slices.Clone(r.known)
+	r.mu.Unlock()
+	if r.self != nil {
+		cands = rendezvousOrder(r.subsetKey, cands)
+	} else {
+		rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+	}
+	for _, s := range r.seeds {
+		if !slices.Contains(cands, s) {
+			cands = append(cands, s)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, membersTimeout)
+	defer cancel()
+	// Ask one candidate at a time, the next one when the last has not
+	// answered within membersHedge: a paused node must not hold this up.
+	next := 0
+	return hedge(ctx, len(cands), membersHedge, func(error) bool { return true },
+		func(ctx context.Context) ([]string, error) {
+			r.mu.Lock()
+			a := cands[next]
+			next++
+			r.mu.Unlock()
+			conn, err := r.conn(a)
+			if err != nil {
+				return nil, err
+			}
+			return members(ctx, conn, a)
+		})
+}
+
+// members asks conn (reaching from) for the gRPC addresses of the members
+// that gossip has not declared dead or gone.
+func members(ctx context.Context, conn *grpc.ClientConn, from string) ([]string, error) {
 	resp, err := idgenv1.NewClusterServiceClient(conn).Members(ctx, &idgenv1.MembersRequest{})
 	if err != nil {
-		return nil, fmt.Errorf("members from %s: %w", addr, err)
+		return nil, fmt.Errorf("members from %s: %w", from, err)
 	}
 	var out []string
 	for _, m := range resp.GetMembers() {
@@ -191,7 +229,7 @@ func (r *followResolver) members(ctx context.Context, addr string) ([]string, er
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("members from %s: %w", addr, ErrNoMembers)
+		return nil, fmt.Errorf("members from %s: %w", from, ErrNoMembers)
 	}
 	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -199,5 +200,67 @@ func TestPoolCloseUnderLoad(t *testing.T) {
 		if !errors.Is(err, ErrPoolClosed) {
 			t.Errorf("caller ended with %v, want ErrPoolClosed", err)
 		}
+	}
+}
+
+// startBlackHole listens on a port from the harness and accepts connections
+// that it never answers, as a paused process's kernel does; gRPC gives such
+// an address 20 s to connect before it calls it failed.
+func startBlackHole(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", harness.NextPort(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		lis.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	return lis.Addr().String()
+}
+
+// The pool's first draw waits for the first node that is ready, not for
+// every node: the other two addresses are black holes that hold their
+// connections in CONNECTING for gRPC's 20 s, or nodes that are not ready.
+func TestPoolFirstDrawTakesFirstReadyNode(t *testing.T) {
+	for name, other := range map[string]func(*testing.T) string{
+		"black holes": startBlackHole,
+		"not ready": func(t *testing.T) string {
+			return startNodeReady(t, 1, rpc.ServerConfig{BatchSize: 10}, false, "no slot").addr
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			n := startNode(t, 0, rpc.ServerConfig{BatchSize: 10})
+			p := newPool(t, strings.Join([]string{other(t), n.addr, other(t)}, ","), PoolOptions{})
+			start := time.Now()
+			bound := harness.Scale(5 * time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), bound)
+			defer cancel()
+			id, err := p.NextID(ctx)
+			if err != nil {
+				t.Fatalf("first draw with one ready node of three: %v after %s (bound %s)", err, time.Since(start), bound)
+			}
+			if slotOf(t, id) != 0 {
+				t.Fatalf("first ID %d is of slot %d, want the ready node's 0", id, slotOf(t, id))
+			}
+			t.Logf("first draw took %s", time.Since(start))
+		})
 	}
 }

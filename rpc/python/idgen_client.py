@@ -18,8 +18,10 @@ SERVING with its connection open, so round robin keeps sending it one call in
 N for the whole pause, and each such call costs one deadline.
 """
 
+import hashlib
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -30,7 +32,8 @@ import grpc
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gen"))
 from idgen.v1 import idgen_pb2, idgen_pb2_grpc  # noqa: E402  (generated, scripts/genpy)
 
-__all__ = ["IDPool", "PoolClosed", "BadBatch", "IDTimeout", "encode_base62", "decode_base62", "target", "layout_bits"]
+__all__ = ["IDPool", "PoolClosed", "BadBatch", "IDTimeout", "encode_base62", "decode_base62", "target", "layout_bits",
+           "rendezvous_order"]
 
 # The default layout (generator.DefaultLayout), as the nodes write a layout:
 # what nodes older than GetIDBatchResponse.layout run. A cluster founded with
@@ -118,6 +121,95 @@ def target(addrs):
     return scheme + ":" + ",".join(addrs)
 
 
+def rendezvous_order(key, addrs):
+    """addrs by highest random weight for key, best first: the weight of an
+    address is the first 8 bytes, big-endian, of SHA-256(key, 0, addr), ties
+    by address, as idclient ranks them (rpc/idclient/subset.go), so a Go and
+    a Python client with one key pick the same nodes."""
+    def weight(a):
+        return int.from_bytes(hashlib.sha256((key + "\0" + a).encode()).digest()[:8], "big")
+    return sorted(addrs, key=lambda a: (-weight(a), a))
+
+
+class _Subset:
+    """The nodes a pool with a subset uses: the first size of rendezvous_order
+    that are not failing, and the failing ones ranked before them, a channel
+    each. A node fails when its channel is in TRANSIENT_FAILURE, which with
+    health checking includes NOT_SERVING, and stays failing while it
+    reconnects, until READY: its channel stays open, so its recovery is
+    seen, and then the nodes that stood in for it are closed again. Only the
+    fetcher thread opens and closes channels (update); the connectivity
+    callbacks only record states."""
+
+    def __init__(self, addrs, size, key, connect):
+        self._order = rendezvous_order(key, addrs)
+        self._size = size
+        self._connect = connect  # address -> channel
+        self._lock = threading.Lock()
+        self._chans = {}         # address -> (channel, stub): the nodes in use
+        self._state = {}         # address -> its channel's last connectivity
+        self._failing = set()
+        self._next = 0
+        self.update()
+
+    def _watch(self, addr, channel):
+        def on_state(state):
+            with self._lock:
+                if self._chans.get(addr, (None,))[0] is not channel:
+                    return  # a channel closed since
+                self._state[addr] = state
+                if state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+                    self._failing.add(addr)
+                elif state == grpc.ChannelConnectivity.READY:
+                    self._failing.discard(addr)
+        return on_state
+
+    def update(self):
+        """Opens channels to the nodes the subset has now and closes the others."""
+        with self._lock:
+            keep, want = [], self._size
+            for a in self._order:
+                keep.append(a)
+                want -= a not in self._failing
+                if want == 0:
+                    break
+            gone = [a for a in self._chans if a not in keep]
+            closing = [self._chans.pop(a)[0] for a in gone]
+            for a in gone:
+                self._state.pop(a, None)
+                self._failing.discard(a)
+            opening = [a for a in keep if a not in self._chans]
+        for a in opening:
+            channel = self._connect(a)
+            with self._lock:
+                self._chans[a] = (channel, idgen_pb2_grpc.IDServiceStub(channel))
+            channel.subscribe(self._watch(a, channel), try_to_connect=True)
+        for channel in closing:
+            channel.close()
+
+    def stub(self):
+        """The next stub in round robin over the nodes in use that are READY
+        (over all in use while none is)."""
+        in_use = self.in_use()
+        with self._lock:
+            ready = [a for a in in_use if self._state.get(a) == grpc.ChannelConnectivity.READY]
+            cands = ready or in_use
+            self._next += 1
+            return self._chans[cands[self._next % len(cands)]][1]
+
+    def in_use(self):
+        """The addresses with an open channel, best first."""
+        with self._lock:
+            return [a for a in self._order if a in self._chans]
+
+    def close(self):
+        with self._lock:
+            closing = [c for c, _ in self._chans.values()]
+            self._chans.clear()
+        for channel in closing:
+            channel.close()
+
+
 # Round robin over every address, each checked on the gRPC health service:
 # a node that is not ready (NOT_SERVING) is skipped. grpcio needs no import
 # for healthCheckConfig. No retryPolicy: the pool retries itself, on the next
@@ -141,21 +233,36 @@ class IDPool:
     node's default batch (served from its own buffer). layout: the cluster's
     layout, as idctl status prints it, to accept batches of only; None takes
     the layout the first node serves, and refuses nodes serving another.
-    Safe for many threads.
+    subset_size: with a list of more nodes than this, connect to this many of
+    them, chosen by subset_key (default: the host name, the pod's name on
+    Kubernetes; pods that share one certificate still need distinct keys) as
+    idclient.WithSubset chooses them, and to the next ones in the key's order
+    while some of those fail. Safe for many threads.
     """
 
     def __init__(self, addrs, credentials=None, call_timeout=0.150, attempts=3,
                  buffer_seconds=3.0, min_batches=2, batch_size=0,
-                 layout=None, options=()):
+                 layout=None, options=(), subset_size=0, subset_key=None):
         if call_timeout <= 0 or attempts < 1 or buffer_seconds < 0 or min_batches < 1 or batch_size < 0:
             raise ValueError("invalid pool options")
         self._target = target(addrs)
         opts = [("grpc.service_config", SERVICE_CONFIG), ("grpc.enable_retries", 0)] + list(options)
-        if credentials is None:
-            self._channel = grpc.insecure_channel(self._target, options=opts)
+
+        def connect(t):
+            if credentials is None:
+                return grpc.insecure_channel(t, options=opts)
+            return grpc.secure_channel(t, credentials, options=opts)
+
+        scheme, _, rest = self._target.partition(":")
+        self._subset = None
+        if subset_size > 0 and scheme in ("ipv4", "ipv6") and len(rest.split(",")) > subset_size:
+            self._subset = _Subset(rest.split(","), subset_size, subset_key or socket.gethostname(),
+                                   lambda a: connect(scheme + ":" + a))
+        elif subset_size > 0 and scheme not in ("ipv4", "ipv6"):
+            raise ValueError("subset_size needs the nodes' addresses (a list), not %r" % (self._target,))
         else:
-            self._channel = grpc.secure_channel(self._target, credentials, options=opts)
-        self._stub = idgen_pb2_grpc.IDServiceStub(self._channel)
+            self._channel = connect(self._target)
+            self._stub = idgen_pb2_grpc.IDServiceStub(self._channel)
         self._call_timeout = call_timeout
         self._attempts = attempts
         self._buffer_seconds = buffer_seconds
@@ -232,7 +339,10 @@ class IDPool:
             self._closed = True
             self._room.notify_all()
         self._thread.join()
-        self._channel.close()
+        if self._subset is None:
+            self._channel.close()
+        else:
+            self._subset.close()
 
     def __enter__(self):
         return self
@@ -243,7 +353,8 @@ class IDPool:
     def stats(self):
         """Counters: fetches, retries (attempts after a first failed one),
         failed_fetches (every attempt failed), errors by status code, batches
-        by serving node, the draw rate and IDs ready."""
+        by serving node, the draw rate, IDs ready and, with a subset, the
+        nodes in use (best first)."""
         with self._lock:
             return {
                 "fetches": self._fetches,
@@ -253,6 +364,7 @@ class IDPool:
                 "batches_by_node": dict(self._by_node),
                 "rate": round(self._rate, 1),
                 "ready": self._ready,
+                "nodes_in_use": None if self._subset is None else self._subset.in_use(),
             }
 
     # --- the fetcher thread: the only caller of GetIDBatch
@@ -301,16 +413,20 @@ class IDPool:
 
     def _fetch(self):
         """One fetch: up to attempts calls, each with its own deadline. One
-        thread makes every call, so on the round-robin channel each retry
-        goes to the next node. Returns (ids, None) or (None, last error)."""
+        thread makes every call, so on the round-robin channel (or over the
+        subset's nodes) each retry goes to the next node. Returns (ids, None)
+        or (None, last error)."""
         err = None
+        if self._subset is not None:
+            self._subset.update()
         for attempt in range(self._attempts):
             if attempt:
                 with self._lock:
                     self._retries += 1
+            stub = self._stub if self._subset is None else self._subset.stub()
             try:
-                resp = self._stub.GetIDBatch(idgen_pb2.GetIDBatchRequest(count=self._batch_size),
-                                             timeout=self._call_timeout)
+                resp = stub.GetIDBatch(idgen_pb2.GetIDBatchRequest(count=self._batch_size),
+                                       timeout=self._call_timeout)
                 ids = list(resp.ids)
                 self._check(resp, ids)
             except grpc.RpcError as e:
