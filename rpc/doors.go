@@ -86,6 +86,10 @@ type Bounds struct {
 	// its deadline, and 40,960 of them took a node from 36 MB to 650 MB
 	// (--grpc-max-calls-per-identity, --grpc-max-calls).
 	CallsPerIdentity, Calls int
+	// IDsPerIdentity bounds the IDs one identity may draw from the node a
+	// second (0, the default: no bound): one client cannot take the
+	// cluster's rate from the fleet (--grpc-max-ids-per-identity).
+	IDsPerIdentity int
 }
 
 // DefaultBounds are sized for a fleet: thousands of client pods, each
@@ -119,6 +123,7 @@ func (b Bounds) withDefaults() (Bounds, error) {
 		{"streams per identity", &b.StreamsPerIdentity, &d.StreamsPerIdentity},
 		{"calls per identity", &b.CallsPerIdentity, &d.CallsPerIdentity},
 		{"calls", &b.Calls, &d.Calls},
+		{"IDs a second per identity", &b.IDsPerIdentity, &d.IDsPerIdentity},
 	} {
 		if *f.v == 0 {
 			*f.v = *f.def
@@ -150,6 +155,7 @@ const (
 	boundWatchesPerConn    = "grpc_health_watches_per_conn"
 	boundCallsPerIdentity  = "grpc_calls_per_identity"
 	boundCalls             = "grpc_calls"
+	boundIDsPerIdentity    = "grpc_ids_per_identity"
 
 	// The HTTP admin port's (cmd/idgend counts them with DoorRefused): an
 	// idle connection closed for a new one past the port's bound or the
@@ -165,7 +171,7 @@ const (
 // start.
 var doorBounds = []string{boundHandshakes, boundHandshakesPerAddr, boundHandshake, boundTLS, boundClientConns,
 	boundConnsPerIdentity, boundPeerConns, boundAdminConns, boundStreamsPerConn, boundStreamsPerID, boundWatchesPerConn,
-	boundCallsPerIdentity, boundCalls,
+	boundCallsPerIdentity, boundCalls, boundIDsPerIdentity,
 	BoundHTTPConns, BoundHTTPConnsPerAddress, BoundHTTPConnsBusy, BoundHTTPConnsPerAddressBusy}
 
 // DoorCounter is a Backend that counts what its own ports' bounds refused

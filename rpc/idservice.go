@@ -28,6 +28,13 @@ func (h *idService) GetIDBatch(ctx context.Context, req *idgenv1.GetIDBatchReque
 			"count %d is over the maximum of %d IDs per call: ask for at most %d, or 0 for the node's default of %d",
 			n, s.cfg.MaxCount, s.cfg.MaxCount, s.cfg.BatchSize)
 	}
+	want := n
+	if want == 0 {
+		want = s.cfg.BatchSize
+	}
+	if err := s.idRate.admit(ctx, want); err != nil {
+		return nil, err
+	}
 	var (
 		ids    []int64
 		slot   int

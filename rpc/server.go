@@ -155,6 +155,7 @@ type Server struct {
 	lastMintErr atomic.Int64 // unix nanos of the last logged producer error
 
 	refusals *refusals // what the port's bounds refused (doors.go)
+	idRate   *idRate   // IDs a second per identity (rate.go); nil: no bound
 	fair     *fairTake // hands the buffer's batches to waiting callers in turn (fair.go)
 }
 
@@ -208,6 +209,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	// Unary calls in flight are bounded per identity and in all: a call
 	// waiting for a batch holds memory for as long as its deadline (doors.go).
+	s.idRate = newIDRate(c.Bounds.IDsPerIdentity, c.MaxCount, s.refusals)
 	unary = append(unary, newCallLimit(c.Bounds.CallsPerIdentity, c.Bounds.Calls, s.refusals).interceptor())
 	// Streaming calls last as long as the caller likes: a bounded number
 	// per connection and per identity (doors.go).

@@ -147,6 +147,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.IntVar(&c.Bounds.AdminConns, "grpc-max-admin-conns", d.AdminConns, "gRPC connections of operators (role admin): a room of their own that clients and strangers never fill")
 	fs.IntVar(&c.Bounds.CallsPerIdentity, "grpc-max-calls-per-identity", d.CallsPerIdentity, "unary calls in flight one identity may hold on the node (a call waiting for a batch holds memory until its deadline)")
 	fs.IntVar(&c.Bounds.Calls, "grpc-max-calls", d.Calls, "unary calls in flight on the node in all")
+	fs.IntVar(&c.Bounds.IDsPerIdentity, "grpc-max-ids-per-identity", d.IDsPerIdentity, "IDs one certificate identity (without TLS, one remote address) may draw from the node a second; a call past it is refused with RESOURCE_EXHAUSTED (0: no bound)")
 	fs.IntVar(&c.Bounds.StreamsPerIdentity, "grpc-max-streams-per-identity", d.StreamsPerIdentity, "streaming calls other than the health check one identity may hold open (each connection also gets 2 health watches of its own)")
 	fs.Uint64Var(&c.SnapshotThreshold, "snapshot-threshold", 0, "Raft log entries between snapshots (0 = Raft's default)")
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", 0, "how often Raft checks whether to snapshot (0 = Raft's default, 120s)")
@@ -533,6 +534,9 @@ func (c *Config) validate() error {
 		if b.v < 1 {
 			return fmt.Errorf("%s %d, want at least 1", b.flag, b.v)
 		}
+	}
+	if c.Bounds.IDsPerIdentity < 0 {
+		return fmt.Errorf("--grpc-max-ids-per-identity %d, want 0 (no bound) or more", c.Bounds.IDsPerIdentity)
 	}
 	if c.MaxCount < 1 || c.MaxCount > generator.MaxBatch {
 		return fmt.Errorf("--max-count %d out of range 1..%d", c.MaxCount, generator.MaxBatch)
