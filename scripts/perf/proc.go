@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"os"
@@ -26,6 +27,7 @@ type proc struct {
 	grpc, raft, gossip, http string
 	args                     []string
 	bin                      string
+	tls                      *tls.Config // a client's, for a node with TLS: its probes show it
 }
 
 func addr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
