@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	mrand "math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/idgen/idgen/rpc/idclient"
 	"github.com/idgen/idgen/rpc/tlsconf"
@@ -28,6 +31,7 @@ type fleetConfig struct {
 	ramp     time.Duration // --fleet-ramp: the clients' starts are spread over it
 	duration time.Duration // --fleet-duration: each client draws for this long after its start
 	seed     uint64        // --fleet-seed: the draws' intervals
+	sources  int           // --fleet-sources: source addresses, 0 = one per client
 }
 
 // fleetBaseline is the fleet every figure of the part is compared with, run
@@ -85,8 +89,8 @@ func (b *bench) fleet() error {
 	b.probeTLS = probe
 	defer func() { b.probeTLS = nil }()
 
-	fmt.Fprintf(b.log, "perf: fleet: %d clients (baseline %d), %s, ramp %s, %s each; load average %s\n",
-		cfg.clients, fleetBaseline, subsetNote(cfg.subset), cfg.ramp, cfg.duration, loadAvg())
+	fmt.Fprintf(b.log, "perf: fleet: %d clients (baseline %d), %s, %s, ramp %s, %s each; load average %s\n",
+		cfg.clients, fleetBaseline, subsetNote(cfg.subset), sourcesNote(cfg.sources), cfg.ramp, cfg.duration, loadAvg())
 	cfgs := make([]*tls.Config, max(cfg.clients, fleetBaseline))
 	for i := range cfgs {
 		if cfgs[i], err = clientTLS(certs, clientName(i)); err != nil {
@@ -111,11 +115,42 @@ func (b *bench) fleet() error {
 
 // check refuses flags the fleet cannot run with.
 func (c fleetConfig) check() error {
-	if c.clients < 1 || c.subset < 0 || c.subset > fleetNodes || c.ramp < 0 || c.duration <= 0 {
-		return fmt.Errorf("%w: --fleet-clients %d (at least 1), --fleet-subset %d (0..%d), --fleet-ramp %s, --fleet-duration %s (positive)",
-			errUsage, c.clients, c.subset, fleetNodes, c.ramp, c.duration)
+	if c.clients < 1 || c.subset < 0 || c.subset > fleetNodes || c.ramp < 0 || c.duration <= 0 || c.sources < 0 || c.sources > maxSources {
+		return fmt.Errorf("%w: --fleet-clients %d (at least 1), --fleet-subset %d (0..%d), --fleet-ramp %s, --fleet-duration %s (positive), --fleet-sources %d (0..%d)",
+			errUsage, c.clients, c.subset, fleetNodes, c.ramp, c.duration, c.sources, maxSources)
+	}
+	if c.sources == 0 && max(c.clients, fleetBaseline) > maxSources {
+		return fmt.Errorf("%w: --fleet-clients %d: one source address each goes to %d; give --fleet-sources", errUsage, c.clients, maxSources)
 	}
 	return nil
+}
+
+// maxSources: the clients' source addresses are 127.1.0.1 onwards, 2^16
+// of them (the attacker's are 127.0.0.2-9).
+const maxSources = 1 << 16
+
+// clientSource is the loopback address client i dials from: 127.0.0.1 for
+// one source, else one of 127.1.0.1 onwards, each a remote address of its
+// own to the nodes' per-address bounds, as a pod's own IP is.
+func clientSource(i, sources int) net.IP {
+	if sources == 1 {
+		return net.IPv4(127, 0, 0, 1)
+	}
+	if sources > 0 {
+		i %= sources
+	}
+	n := i + 1
+	return net.IPv4(127, 1, byte(n>>8), byte(n))
+}
+
+func sourcesNote(sources int) string {
+	switch sources {
+	case 0:
+		return "each from its own address"
+	case 1:
+		return "all from 127.0.0.1"
+	}
+	return fmt.Sprintf("from %d addresses", sources)
 }
 
 func subsetNote(k int) string {
@@ -237,10 +272,12 @@ type clientResult struct {
 
 // fleetClient runs client i from its start for d: Dial, NewPool, then one
 // NextID every 100-500 ms.
-func fleetClient(target string, cfg *tls.Config, d time.Duration, rng *mrand.Rand) clientResult {
+func fleetClient(target string, cfg *tls.Config, src net.IP, d time.Duration, rng *mrand.Rand) clientResult {
 	var r clientResult
 	t0 := time.Now()
-	client, err := idclient.Dial(target, idclient.WithTLSConfig(cfg))
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: src}}
+	client, err := idclient.Dial(target, idclient.WithTLSConfig(cfg), idclient.WithDialOptions(grpc.WithContextDialer(
+		func(ctx context.Context, addr string) (net.Conn, error) { return dialer.DialContext(ctx, "tcp", addr) })))
 	if err != nil {
 		r.err = err
 		return r

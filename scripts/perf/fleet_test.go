@@ -2,6 +2,7 @@ package main
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -61,5 +62,20 @@ func TestMetricSamples(t *testing.T) {
 	got := metricSamples(body, "idgen_door_refused_total")
 	if len(got) != 2 || got[`bound="grpc_tls"`] != 3 {
 		t.Errorf("refusals %v", got)
+	}
+}
+
+// Clients dial from addresses of their own, none of them the attacker's.
+func TestClientSourcesAreDistinct(t *testing.T) {
+	seen := map[string]bool{}
+	for i := range 5000 {
+		ip := clientSource(i, 0).String()
+		if seen[ip] || strings.HasPrefix(ip, "127.0.0.") {
+			t.Fatalf("client %d: %s, taken or the attacker's", i, ip)
+		}
+		seen[ip] = true
+	}
+	if ip := clientSource(9, 1).String(); ip != "127.0.0.1" {
+		t.Errorf("one source: %s, want 127.0.0.1", ip)
 	}
 }

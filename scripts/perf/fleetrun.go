@@ -30,7 +30,7 @@ type fleetStats struct {
 	laterDraws, laterFails          int
 	ids, dups                       int
 	first                           []time.Duration // each served client's first-ID latency, sorted
-	conns, goroutines, files        []float64       // peaks per node: gRPC connections from 127.0.0.1, go_goroutines, process_open_fds
+	conns, goroutines, files        []float64       // peaks per node: gRPC connections of clients and nodes, go_goroutines, process_open_fds
 	rss, idleRSS                    []int64         // peak per node while the clients ran, and idle before
 	cpu                             []float64       // share of one core per node while the clients ran
 	refused                         map[string]float64
@@ -93,7 +93,7 @@ func (b *bench) fleetRun(prefix string, cfgs []*tls.Config, n int, attack bool) 
 		go func() {
 			defer wg.Done()
 			target := strings.Join(subsetOf(i, cfg.subset, addrs), ",")
-			results[i] = fleetClient(target, cfgs[i], cfg.duration, mrand.New(mrand.NewPCG(cfg.seed, uint64(i))))
+			results[i] = fleetClient(target, cfgs[i], clientSource(i, cfg.sources), cfg.duration, mrand.New(mrand.NewPCG(cfg.seed, uint64(i))))
 		}()
 	}
 	wg.Wait()
@@ -144,8 +144,8 @@ func (b *bench) fleetRun(prefix string, cfgs []*tls.Config, n int, attack bool) 
 }
 
 // sampler reads, every second while a fleet runs, each node's RSS, its
-// established gRPC connections (from /proc/net/tcp: from 127.0.0.1, the
-// clients and the other nodes, apart from the attacker's addresses) and
+// established gRPC connections (from /proc/net/tcp: the clients' and the
+// other nodes', apart from the attacker's addresses) and
 // its go_goroutines and process_open_fds, keeping the peaks; and the
 // attacker's connections on each port kind, averaged.
 type sampler struct {
@@ -233,8 +233,8 @@ func (s *sampler) finish() (conns, gor, files []float64, rss []int64, held map[s
 }
 
 // tcpEstablished counts the established TCP connections whose local port
-// is one of ports (port -> node index), by the remote address: 127.0.0.1
-// (clients and nodes) and the attacker's 127.0.0.2-9.
+// is one of ports (port -> node index), by the remote address: the
+// attacker's 127.0.0.2-9, and every other (clients and nodes).
 func tcpEstablished(ports map[int]int, n int) (local, attacker []int, err error) {
 	f, err := os.Open("/proc/net/tcp")
 	if err != nil {
@@ -249,11 +249,10 @@ func tcpEstablished(ports map[int]int, n int) (local, attacker []int, err error)
 		if !ok {
 			continue
 		}
-		switch last := ip >> 24; {
-		case ip&0xff == 127 && last == 1:
-			local[idx]++
-		case ip&0xff == 127 && last >= 2 && last < 2+attackSources:
+		if last := ip >> 24; ip&0xffffff == 0x7f && last >= 2 && last < 2+attackSources {
 			attacker[idx]++
+		} else {
+			local[idx]++
 		}
 	}
 	return local, attacker, sc.Err()
@@ -384,6 +383,7 @@ func (b *bench) fleetRows(base, full, att *fleetStats) {
 	if k := b.fleetCfg.subset; k > 0 {
 		sub = fmt.Sprintf("subsets of %d", k)
 	}
+	sub += ", " + sourcesNote(b.fleetCfg.sources)
 	b.fleetCompare(fmt.Sprintf("fleet of %d (%s)", full.clients, sub), full, base, fmt.Sprintf("%d clients", base.clients), true)
 	b.fleetCompare(fmt.Sprintf("fleet of %d (%s) under attack", att.clients, sub), att, full, "no attack", false)
 	door := map[string]string{"grpc": "the door admits 256 unfinished handshakes (32 per address)",
@@ -430,7 +430,7 @@ func (b *bench) fleetCompare(what string, v, w *fleetStats, wName string, perCli
 	flt := func(m string, a, c []float64) {
 		add(m, fmt.Sprintf("%.0f", mean(a)), fmt.Sprintf("%.0f", mean(c)), ratio(mean(a), max(mean(c), 1)))
 	}
-	flt("gRPC connections per node from 127.0.0.1 (peak, mean of 3)", v.conns, w.conns)
+	flt("gRPC connections per node, clients' and nodes' (peak, mean of 3)", v.conns, w.conns)
 	flt("goroutines per node (peak, mean of 3)", v.goroutines, w.goroutines)
 	flt("open files per node (peak, mean of 3)", v.files, w.files)
 	add("node RSS (peak, mean of 3)", mib(mean(v.rss)), mib(mean(w.rss)), ratio(mean(v.rss), mean(w.rss)))
