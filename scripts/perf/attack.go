@@ -47,6 +47,7 @@ type attackTarget struct {
 type attackSummary struct {
 	Seconds float64         `json:"seconds"`
 	Targets []*attackTarget `json:"targets"`
+	CPU     time.Duration   `json:"-"` // the attacker process's, as the bench read it before the stop
 }
 
 // attack is `perf attack KIND=ADDR:COUNT ...`: it opens COUNT TCP
@@ -179,11 +180,14 @@ func (b *bench) startAttack(nodes []*proc) (*proc, error) {
 
 // attackResult stops the attacker and reads its summary from its log.
 func attackResult(p *proc) (attackSummary, error) {
+	cpu, _, _ := p.cpuRSS()
 	p.Stop()
 	var s attackSummary
 	for _, l := range strings.Split(p.Log(), "\n") {
 		if js, ok := strings.CutPrefix(l, attackSummaryPrefix); ok {
-			return s, json.Unmarshal([]byte(js), &s)
+			err := json.Unmarshal([]byte(js), &s)
+			s.CPU = cpu
+			return s, err
 		}
 	}
 	return s, fmt.Errorf("attacker: no summary in its log")

@@ -33,6 +33,7 @@ type fleetStats struct {
 	conns, goroutines, files        []float64       // peaks per node: gRPC connections of clients and nodes, go_goroutines, process_open_fds
 	rss, idleRSS                    []int64         // peak per node while the clients ran, and idle before
 	cpu                             []float64       // share of one core per node while the clients ran
+	selfCPU, machineCPU             float64         // this process's (the clients') share of one core, and the machine's busy cores
 	refused                         map[string]float64
 	held                            map[string]float64 // attacker's connections per node (mean over samples), by port kind
 	attack                          *attackSummary
@@ -82,6 +83,8 @@ func (b *bench) fleetRun(prefix string, cfgs []*tls.Config, n int, attack bool) 
 	for i, nd := range nodes {
 		cpu0[i], _, _ = nd.cpuRSS()
 	}
+	self0, _, _ := pidCPURSS(os.Getpid())
+	busy0, _ := machineBusy()
 	t0 := time.Now()
 	results := make([]clientResult, n)
 	var wg sync.WaitGroup
@@ -102,6 +105,9 @@ func (b *bench) fleetRun(prefix string, cfgs []*tls.Config, n int, attack bool) 
 		c, _, _ := nd.cpuRSS()
 		st.cpu = append(st.cpu, float64(c-cpu0[i])/float64(st.elapsed))
 	}
+	self1, _, _ := pidCPURSS(os.Getpid())
+	busy1, _ := machineBusy()
+	st.selfCPU, st.machineCPU = float64(self1-self0)/float64(st.elapsed), float64(busy1-busy0)/float64(st.elapsed)
 	st.conns, st.goroutines, st.files, st.rss, st.held = smp.finish()
 	st.refused = refusals(nodes)
 	st.load = loadAvg()
@@ -362,6 +368,29 @@ func fileLimit(pid int) (uint64, error) {
 	return 0, fmt.Errorf("/proc/%d/limits: no open-file limit", pid)
 }
 
+// machineBusy is the CPU time every process of the machine has spent so
+// far, all cores together (/proc/stat: everything but idle and iowait).
+func machineBusy() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	l, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(l)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: %q", l)
+	}
+	var ticks int64
+	for i, v := range f[1:8] {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		if i != 3 && i != 4 { // idle, iowait
+			ticks += n
+		}
+	}
+	const hz = 100 // USER_HZ on Linux
+	return time.Duration(ticks) * time.Second / hz, nil
+}
+
 // loadAvg is the machine's load average over 1, 5 and 15 minutes.
 func loadAvg() string {
 	b, err := os.ReadFile("/proc/loadavg")
@@ -403,7 +432,8 @@ func (b *bench) fleetRows(base, full, att *fleetStats) {
 			parts = append(parts, fmt.Sprintf("%s %d (%.0f/s)", a.kind, closed[a.kind], float64(closed[a.kind])/att.attack.Seconds))
 		}
 		b.add("attacker: connections the nodes closed, each redialled at once (3 nodes)", strings.Join(parts, ", "),
-			fmt.Sprintf("over %.0f s; %d dials failed", att.attack.Seconds, dialErrs), "")
+			fmt.Sprintf("over %.0f s; %d dials failed; the attacker's process used %.0f%% of a core", att.attack.Seconds, dialErrs,
+				100*att.attack.CPU.Seconds()/att.attack.Seconds), "")
 	}
 }
 
@@ -442,6 +472,8 @@ func (b *bench) fleetCompare(what string, v, w *fleetStats, wName string, perCli
 	}
 	add("node CPU while the clients ran (share of one core, mean of 3)", fmt.Sprintf("%.1f%%", 100*mean(v.cpu)),
 		fmt.Sprintf("%.1f%%", 100*mean(w.cpu)), ratio(mean(v.cpu), max(mean(w.cpu), 1e-9)))
+	add("CPU of the clients' process, and of the whole machine (cores busy, of 2)",
+		fmt.Sprintf("%.0f%%; %.2f", 100*v.selfCPU, v.machineCPU), fmt.Sprintf("%.0f%%; %.2f", 100*w.selfCPU, w.machineCPU), "")
 	add("refusals by bound (idgen_door_refused_total, 3 nodes)", refusalNote(v.refused), refusalNote(w.refused), "")
 	add("load average (1, 5, 15 min) at the end", v.load, w.load, "")
 }

@@ -69,6 +69,11 @@ func (p *proc) cpuRSS() (time.Duration, int64, error) {
 	if pid == 0 {
 		return 0, 0, errNotRunning
 	}
+	return pidCPURSS(pid)
+}
+
+// pidCPURSS reads a process's CPU time so far and its resident set.
+func pidCPURSS(pid int) (time.Duration, int64, error) {
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, 0, err
