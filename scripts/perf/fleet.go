@@ -32,6 +32,9 @@ type fleetConfig struct {
 	duration time.Duration // --fleet-duration: each client draws for this long after its start
 	seed     uint64        // --fleet-seed: the draws' intervals
 	sources  int           // --fleet-sources: source addresses, 0 = one per client
+	// nodeFlags are more idgend flags for the fleet's nodes
+	// (--fleet-node-flags, space-separated).
+	nodeFlags string
 }
 
 // fleetBaseline is the fleet every figure of the part is compared with, run
@@ -81,6 +84,7 @@ func (b *bench) fleet() error {
 	}
 	b.nodeArgs = append(slices.Clone(fleetNodeArgs), "--tls-cert", tlsconf.CertFile(certs, "server"),
 		"--tls-key", tlsconf.KeyFile(certs, "server"), "--tls-ca", tlsconf.CertFile(certs, "ca"), "--gossip-key-file", keyFile)
+	b.nodeArgs = append(b.nodeArgs, strings.Fields(cfg.nodeFlags)...)
 	defer func() { b.nodeArgs = nil }()
 	probe, err := clientTLS(certs, "probe")
 	if err != nil {
@@ -89,8 +93,8 @@ func (b *bench) fleet() error {
 	b.probeTLS = probe
 	defer func() { b.probeTLS = nil }()
 
-	fmt.Fprintf(b.log, "perf: fleet: %d clients (baseline %d), %s, %s, ramp %s, %s each; load average %s\n",
-		cfg.clients, fleetBaseline, subsetNote(cfg.subset), sourcesNote(cfg.sources), cfg.ramp, cfg.duration, loadAvg())
+	fmt.Fprintf(b.log, "perf: fleet: %d clients (baseline %d), %s, %s, ramp %s, %s each, node flags %q; load average %s\n",
+		cfg.clients, fleetBaseline, subsetNote(cfg.subset), sourcesNote(cfg.sources), cfg.ramp, cfg.duration, cfg.nodeFlags, loadAvg())
 	cfgs := make([]*tls.Config, max(cfg.clients, fleetBaseline))
 	for i := range cfgs {
 		if cfgs[i], err = clientTLS(certs, clientName(i)); err != nil {
@@ -264,6 +268,7 @@ func subsetOf(i, k int, addrs []string) []string {
 // clientResult is what one client of the fleet saw.
 type clientResult struct {
 	ids                    []int64
+	start, end             time.Time     // from before Dial to after Close (the caller's)
 	first                  time.Duration // start (before Dial) to its first ID; 0: none
 	firstDraws, firstFails int           // draws until the first ID, and of them failed
 	laterDraws, laterFails int           // draws after it

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The subset stand-in gives each client k distinct nodes of the list, the
@@ -77,5 +78,14 @@ func TestClientSourcesAreDistinct(t *testing.T) {
 	}
 	if ip := clientSource(9, 1).String(); ip != "127.0.0.1" {
 		t.Errorf("one source: %s, want 127.0.0.1", ip)
+	}
+}
+
+func TestMostAtOnce(t *testing.T) {
+	t0 := time.Now()
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	rs := []clientResult{{start: at(0), end: at(3)}, {start: at(1), end: at(2)}, {start: at(3), end: at(5)}, {start: at(4), end: at(6)}}
+	if got := mostAtOnce(rs); got != 2 {
+		t.Errorf("%d at once, want 2 (one ending as another starts counts once)", got)
 	}
 }

@@ -26,6 +26,7 @@ var nodeFilesNeeded = rpc.DefaultBounds.Descriptors() + 256 + 128 + 64 + 256
 // spent, per node where it says so.
 type fleetStats struct {
 	clients, served, noID, dialErrs int
+	concurrent                      int // the most clients running at once
 	firstDraws, firstFails          int
 	laterDraws, laterFails          int
 	ids, dups                       int
@@ -96,7 +97,9 @@ func (b *bench) fleetRun(prefix string, cfgs []*tls.Config, n int, attack bool) 
 		go func() {
 			defer wg.Done()
 			target := strings.Join(subsetOf(i, cfg.subset, addrs), ",")
+			start := time.Now()
 			results[i] = fleetClient(target, cfgs[i], clientSource(i, cfg.sources), cfg.duration, mrand.New(mrand.NewPCG(cfg.seed, uint64(i))))
+			results[i].start, results[i].end = start, time.Now()
 		}()
 	}
 	wg.Wait()
@@ -135,6 +138,7 @@ func (b *bench) fleetRun(prefix string, cfgs []*tls.Config, n int, attack bool) 
 		st.laterFails += r.laterFails
 		all = append(all, r.ids...)
 	}
+	st.concurrent = mostAtOnce(results)
 	slices.Sort(st.first)
 	slices.Sort(all)
 	st.ids = len(all)
@@ -143,10 +147,34 @@ func (b *bench) fleetRun(prefix string, cfgs []*tls.Config, n int, attack bool) 
 			st.dups++
 		}
 	}
-	fmt.Fprintf(b.log, "perf: fleet of %d%s: %d served, %d without an ID (%d could not dial), draws failed %d of %d first and %d of %d after, %d IDs, %d duplicates, in %s; load average %s\n",
-		n, map[bool]string{true: " under attack"}[attack], st.served, st.noID, st.dialErrs, st.firstFails, st.firstDraws,
+	fmt.Fprintf(b.log, "perf: fleet of %d%s (at most %d at once): %d served, %d without an ID (%d could not dial), draws failed %d of %d first and %d of %d after, %d IDs, %d duplicates, in %s; load average %s\n",
+		n, map[bool]string{true: " under attack"}[attack], st.concurrent, st.served, st.noID, st.dialErrs, st.firstFails, st.firstDraws,
 		st.laterFails, st.laterDraws, st.ids, st.dups, st.elapsed.Round(time.Millisecond), st.load)
 	return st, nil
+}
+
+// mostAtOnce is the most clients that ran at the same time.
+func mostAtOnce(rs []clientResult) int {
+	type edge struct {
+		at time.Time
+		d  int
+	}
+	var es []edge
+	for _, r := range rs {
+		es = append(es, edge{r.start, 1}, edge{r.end, -1})
+	}
+	slices.SortFunc(es, func(a, b edge) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return a.d - b.d // an end before a start at the same instant
+	})
+	most, n := 0, 0
+	for _, e := range es {
+		n += e.d
+		most = max(most, n)
+	}
+	return most
 }
 
 // sampler reads, every second while a fleet runs, each node's RSS, its
@@ -447,6 +475,7 @@ func (b *bench) fleetCompare(what string, v, w *fleetStats, wName string, perCli
 	add("clients served (got an ID)", of(v.served, v.clients), of(w.served, w.clients),
 		fmt.Sprintf("%.2f%%", 100*float64(v.served)/float64(v.clients)))
 	add("clients that got no ID", fmt.Sprint(v.noID), fmt.Sprint(w.noID), "goal 0")
+	add("clients running at once (most)", fmt.Sprint(v.concurrent), fmt.Sprint(w.concurrent), "")
 	add("failed draws, first draws", of(v.firstFails, v.firstDraws), of(w.firstFails, w.firstDraws), "goal 0")
 	add("failed draws, after the first", of(v.laterFails, v.laterDraws), of(w.laterFails, w.laterDraws), "goal 0")
 	add("duplicate IDs across all clients", fmt.Sprintf("%d of %d IDs", v.dups, v.ids), fmt.Sprintf("%d of %d IDs", w.dups, w.ids), "goal 0")
@@ -465,8 +494,8 @@ func (b *bench) fleetCompare(what string, v, w *fleetStats, wName string, perCli
 	flt("open files per node (peak, mean of 3)", v.files, w.files)
 	add("node RSS (peak, mean of 3)", mib(mean(v.rss)), mib(mean(w.rss)), ratio(mean(v.rss), mean(w.rss)))
 	if perClient {
-		per := (mean(v.rss) - mean(w.rss)) / float64(v.clients-w.clients) * 1000
-		add("node RSS per 1,000 clients (beyond the smaller fleet's)", mib(per), "idle node before its clients "+mib(mean(v.idleRSS)), "")
+		per := (mean(v.rss) - mean(w.rss)) / float64(max(v.concurrent-w.concurrent, 1)) * 1000
+		add("node RSS per 1,000 clients running at once (beyond the smaller fleet's)", mib(per), "idle node before its clients "+mib(mean(v.idleRSS)), "")
 	} else {
 		add("node RSS beyond the fleet's without attack", mib(mean(v.rss)-mean(w.rss)), "idle node before its clients "+mib(mean(w.idleRSS)), "")
 	}
