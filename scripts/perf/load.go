@@ -53,7 +53,7 @@ func getIDs(c idgenv1.IDServiceClient, count uint32, d time.Duration) ([]int64, 
 // firstID asks n for one ID every 10 ms until it answers and returns how
 // long after since that was.
 func firstID(n *proc, since time.Time, limit time.Duration) (time.Duration, bool) {
-	c, done, err := rawClient(n.grpc, nil)
+	c, done, err := rawClient(n.grpc, n.tls)
 	if err != nil {
 		return 0, false
 	}

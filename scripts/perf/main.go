@@ -3,8 +3,9 @@
 // and prints one table in which each figure stands beside a baseline
 // measured in the same run.
 //
-//	perf --bin DIR [--only PART] [--keep]   (DIR holds idgend; scripts/bench builds it)
+//	perf --bin DIR [--only PART] [--keep] [--fleet-* ...]   (DIR holds idgend; scripts/bench builds it)
 //	perf serve KIND ADDR [TLSDIR]   (internal: a benchmark server process)
+//	perf attack KIND=ADDR:COUNT ...   (internal: the fleet's attacker process)
 package main
 
 import (
@@ -53,11 +54,22 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		return serve(args[1], args[2], tlsDir)
 	}
+	if len(args) > 0 && args[0] == "attack" {
+		return attack(args[1:], stdout)
+	}
 	fs := flag.NewFlagSet("perf", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	bin := fs.String("bin", "", "directory holding the idgend binary to measure")
-	only := fs.String("only", "", "run one part: calls, lone, three, eight or fast (default: all)")
+	only := fs.String("only", "", "run one part: calls, lone, three, eight, fast or fleet (default: all)")
 	keep := fs.Bool("keep", false, "keep the nodes' data and logs (printed at the end)")
+	var fc fleetConfig
+	fs.IntVar(&fc.clients, "fleet-clients", 1000, "fleet: clients, each its own Dial, Pool and certificate identity")
+	fs.IntVar(&fc.subset, "fleet-subset", 0, "fleet: nodes each client dials (0 = all 3)")
+	fs.DurationVar(&fc.ramp, "fleet-ramp", 10*time.Second, "fleet: the clients' starts are spread over this")
+	fs.DurationVar(&fc.duration, "fleet-duration", 20*time.Second, "fleet: each client draws for this long after its start")
+	fs.Uint64Var(&fc.seed, "fleet-seed", 1, "fleet: seed of the draws' intervals")
+	fs.StringVar(&fc.nodeFlags, "fleet-node-flags", "", "fleet: more idgend flags for the fleet's nodes, space-separated (e.g. \"--grpc-max-client-conns 8192\")")
+	fs.IntVar(&fc.sources, "fleet-sources", 0, "fleet: loopback source addresses the clients dial from (0 = one per client, as pods; 1 = all from 127.0.0.1, as behind one NAT)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -67,8 +79,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if *bin == "" {
 		return fmt.Errorf("%w: --bin DIR is required (the directory holding idgend)", errUsage)
 	}
-	if !slices.Contains([]string{"", "calls", "lone", "three", "eight", "fast"}, *only) {
-		return fmt.Errorf("%w: --only %q: want calls, lone, three, eight or fast", errUsage, *only)
+	if !slices.Contains([]string{"", "calls", "lone", "three", "eight", "fast", "fleet"}, *only) {
+		return fmt.Errorf("%w: --only %q: want calls, lone, three, eight, fast or fleet", errUsage, *only)
+	}
+	if err := fc.check(); err != nil {
+		return err
 	}
 	idgend := filepath.Join(*bin, "idgend")
 	if st, err := os.Stat(idgend); err != nil || st.IsDir() {
@@ -78,7 +93,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	b := &bench{idgend: idgend, root: root, log: stderr, only: *only}
+	b := &bench{idgend: idgend, root: root, log: stderr, only: *only, fleetCfg: fc}
 	defer b.cleanup()
 	if err := b.all(); err != nil {
 		fmt.Fprintf(stderr, "perf: logs kept in %s\n", root)
@@ -112,6 +127,10 @@ type bench struct {
 	// (no fault) and CPU per node at its cap, the fast layout's baselines.
 	defaultPool []time.Duration
 	defaultCPU  float64
+	// probeTLS is the client certificate every node started gets probed
+	// with (the fleet's nodes run with TLS); nil: plaintext.
+	probeTLS *tls.Config
+	fleetCfg fleetConfig // the fleet part's flags
 }
 
 func (b *bench) add(what, value, baseline, ratio string) {
@@ -144,7 +163,7 @@ func (b *bench) all() error {
 	steps := []struct {
 		name string
 		run  func() error
-	}{{"calls", b.calls}, {"lone", b.lone}, {"three", b.three}, {"eight", b.eight}, {"fast", b.fast}}
+	}{{"calls", b.calls}, {"lone", b.lone}, {"three", b.three}, {"eight", b.eight}, {"fast", b.fast}, {"fleet", b.fleet}}
 	for _, s := range steps {
 		if b.only != "" && s.name != b.only {
 			continue

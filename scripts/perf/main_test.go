@@ -24,6 +24,10 @@ func TestRunRefusesBadArguments(t *testing.T) {
 		"serve too short":      {"serve", "bare"},
 		"serve unknown kind":   {"serve", "fancy", "127.0.0.1:0"},
 		"unknown part":         {"--bin", dir, "--only", "nine"},
+		"no fleet clients":     {"--bin", dir, "--fleet-clients", "0"},
+		"fleet subset past 3":  {"--bin", dir, "--fleet-subset", "4"},
+		"attack without ports": {"attack"},
+		"attack bad target":    {"attack", "grpc=127.0.0.1"},
 	} {
 		if err := run(args, io.Discard, io.Discard); !errors.Is(err, errUsage) {
 			t.Errorf("%s: %v, want a usage error", name, err)

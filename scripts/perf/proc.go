@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"os"
@@ -26,6 +27,7 @@ type proc struct {
 	grpc, raft, gossip, http string
 	args                     []string
 	bin                      string
+	tls                      *tls.Config // a client's, for a node with TLS: its probes show it
 }
 
 func addr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
@@ -67,6 +69,11 @@ func (p *proc) cpuRSS() (time.Duration, int64, error) {
 	if pid == 0 {
 		return 0, 0, errNotRunning
 	}
+	return pidCPURSS(pid)
+}
+
+// pidCPURSS reads a process's CPU time so far and its resident set.
+func pidCPURSS(pid int) (time.Duration, int64, error) {
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, 0, err

@@ -48,6 +48,7 @@ func (b *bench) node(name string, expect int) (*proc, error) {
 		return nil, err
 	}
 	n.args = append(n.args, b.nodeArgs...)
+	n.tls = b.probeTLS
 	b.procs = append(b.procs, n)
 	return n, nil
 }
@@ -175,7 +176,7 @@ func usage(nodes []*proc, d time.Duration) (cpu []float64, rss []int64) {
 	return cpu, rss
 }
 
-func mean[T int64 | float64](xs []T) float64 {
+func mean[T int | int64 | float64](xs []T) float64 {
 	var s float64
 	for _, x := range xs {
 		s += float64(x)
