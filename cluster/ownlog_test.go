@@ -263,6 +263,21 @@ func TestWipedSeedsWindowIsFencedInTheOldCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	harness.WaitFor(t, 20*time.Second, "the wiped seed to stop", func() bool { return wiped.Conflict() != nil })
+	// The old cluster's leader fences slot 0 above every window the young
+	// log granted there. Until it has (it proves the young member first,
+	// seconds after the meeting, later if its leadership moves meanwhile),
+	// what the old cluster issues is the meeting's window, not covered; a
+	// CI run had d claim and repeat a young ID in that gap.
+	young := wiped.Status().GrantedWindows[0]
+	harness.WaitFor(t, 30*time.Second, "the old cluster to fence slot 0 above the young window", func() bool {
+		var hw int64
+		tc.node("b").fsm.view(func(s *state) {
+			if len(s.Slots) > 0 {
+				hw = s.Slots[0].HighWater
+			}
+		})
+		return hw >= young
+	})
 	// d claims once the old cluster has reaped the seed's old identity: one
 	// that claims before takes a free slot of its own (the test's flake
 	// under load, "waiting for d to hold slot 0").
