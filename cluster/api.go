@@ -122,6 +122,19 @@ type Status struct {
 	// Started is when the answering process started (Unix ns; 0 from older
 	// nodes): two processes with one node ID are copies (twins.go).
 	Started int64
+	// Stopped: the process stopped issuing for good (Conflict is set: it met
+	// an older cluster, or a copy of its data dir outranked it). nil from
+	// older nodes, which do not say.
+	Stopped *bool
+}
+
+// CopyTeller is what a Prober may also do: tell the node at grpcAddr that
+// another process was seen at copyAddr under its identity or another
+// member's (ClusterService.Status with a hint, over the same authenticated
+// transport). The node asks copyAddr itself before it believes anything
+// (twins.go). A Prober that is no CopyTeller tells nobody.
+type CopyTeller interface {
+	TellCopy(ctx context.Context, grpcAddr, copyAddr string) error
 }
 
 // ReasonLeaving is the not-ready reason of a node that is leaving the

@@ -151,12 +151,36 @@ func (n *Node) leaderApply(ctx context.Context, c command) (result, error) {
 	if d.Err != nil {
 		return result{}, d.Err
 	}
+	if err := n.contested(d); err != nil {
+		return result{}, err
+	}
 	d.Answer.ClusterID = n.ownCluster()
 	if !d.Propose {
 		return d.Answer, nil
 	}
 	r, _, err := n.raftApply(ctx, d.Cmd)
 	return leaderAnswer(d, r), err
+}
+
+// contested refuses a Claim by a node whose identity a proven copy still
+// serves, and a Reserve on the slot that copy issues (twins.go): whatever a
+// fence closes off now, the copy's windows grow past it until it stops.
+// Its holder waits, not ready, until the copy answers that it stopped (a
+// second or so after the two meet) and the fence of its windows is final.
+func (n *Node) contested(d leaderOut) error {
+	if !d.Propose || (d.Cmd.Type != cmdClaim && d.Cmd.Type != cmdReserve) {
+		return nil
+	}
+	id, slot := d.Cmd.nodeID(), -1
+	if d.Cmd.Type == cmdReserve {
+		id, slot = "", d.Cmd.Slot
+	}
+	p, ok := n.copies.contests(id, slot, time.Now())
+	if !ok {
+		return nil
+	}
+	return fmt.Errorf("%w: a copy of node %s's data dir still issues slot %d at %s; the slot waits until it stops and its "+
+		"windows are fenced", ErrNotReady, p.id, p.slot, p.addr)
 }
 
 // raftApply proposes c and waits for it to be applied on this (leader) node.

@@ -45,11 +45,28 @@ type foreignProof struct {
 	// serving: its cluster can issue, as far as its answer shows (it is
 	// ready, or knows a Raft leader).
 	serving bool
-	at      time.Time
+	// stopped: it answered that it stopped issuing for good, so its windows
+	// grow no more and their fence is final.
+	stopped bool
+	// saysStopped: its answer says whether it stopped (older nodes do not).
+	saysStopped bool
+	at          time.Time
 	// started and addr: a copy of this node's own data dir (twins.go), its
 	// process start (Unix ns) and gRPC address; zero for other clusters.
 	started int64
 	addr    string
+}
+
+// freshFor is how long p is not asked again. A process that still serves,
+// and can say when it stops, is asked every copyRecheck, so that the fence
+// follows its windows until it stops; the fence from the answer that says
+// it stopped is final (a restarted process is asked again after
+// foreignFresh, as every other).
+func (p foreignProof) freshFor() time.Duration {
+	if p.serving && p.saysStopped {
+		return copyRecheck
+	}
+	return foreignFresh
 }
 
 // foreignBook keeps the latest proof of every member of another cluster, and
@@ -77,7 +94,7 @@ func (n *Node) proveForeign(own string) []foreignProof {
 		if m.State != MemberAlive || !m.Parsed || m.Meta.ClusterID == "" || m.Meta.ClusterID == own || m.Meta.GRPCAddr == "" {
 			continue
 		}
-		if p, ok := b.proofs[id]; ok && now.Sub(p.at) < foreignFresh {
+		if p, ok := b.proofs[id]; ok && now.Sub(p.at) < p.freshFor() {
 			continue
 		}
 		if now.Before(b.retry[id]) {
@@ -97,10 +114,11 @@ func (n *Node) proveForeign(own string) []foreignProof {
 			b.retry[k.id] = now.Add(foreignRetry)
 			continue
 		}
+		stopped := st.Stopped != nil && *st.Stopped
 		b.proofs[k.id] = foreignProof{
 			id: k.id, cluster: st.ClusterID, created: m.Meta.Created, history: coarseIndex(st.AppliedIndex),
 			slot: st.LastWindowSlot, granted: st.LastWindowGranted, layout: st.Layout, windows: st.GrantedWindows, at: now,
-			serving: st.Ready || st.LeaderID != "",
+			serving: (st.Ready || st.LeaderID != "") && !stopped, stopped: stopped, saysStopped: st.Stopped != nil,
 		}
 	}
 	out := make([]foreignProof, 0, len(b.proofs))

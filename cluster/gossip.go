@@ -97,10 +97,10 @@ type gossip struct {
 	list   *memberlist.Memberlist
 	logger *slog.Logger
 	noise  *door.RateLog // memberlist's warnings and errors
-	// name is this node's gossip name; sighted hears its own name at
-	// another address (NotifyConflict).
+	// name is this node's gossip name; sighted hears its own name, or a
+	// member's of its cluster, at another address (NotifyConflict).
 	name    string
-	sighted func(gossipAddr, grpcAddr string)
+	sighted func(grpcAddr string)
 	// updating serializes UpdateNode calls (updateMeta).
 	updating sync.Mutex
 
@@ -113,9 +113,9 @@ type gossip struct {
 
 // Config helpers live in node.go; openGossip starts memberlist.
 //
-// sighted (may be nil) hears every address gossip shows this node's own
-// name alive at, with the gRPC address its metadata names (twins.go).
-func openGossip(cfg *Config, nodeID string, local meta, counts *door.Counts, logger *slog.Logger, sighted func(gossipAddr, grpcAddr string)) (*gossip, error) {
+// sighted (may be nil) hears the gRPC address of every process gossip shows
+// under this node's own name, or a member's, at a second address (twins.go).
+func openGossip(cfg *Config, nodeID string, local meta, counts *door.Counts, logger *slog.Logger, sighted func(grpcAddr string)) (*gossip, error) {
 	g := &gossip{
 		name:    nodeID,
 		sighted: sighted,
@@ -218,16 +218,22 @@ func (g *gossip) NotifyUpdate(n *memberlist.Node) { g.record(n, false) }
 
 // NotifyConflict implements memberlist.ConflictDelegate: a member's name
 // alive at a second address. memberlist calls it under its own lock, so it
-// only records a sighting of this node's own name; the node asks later.
+// only records a sighting of the other address; the node asks later. A
+// sighting of another member's name counts only when both sides say they
+// are of one cluster: the node that sees it tells the member, its copy and
+// its leader (twins.go), which may never see the conflict themselves.
 func (g *gossip) NotifyConflict(existing, other *memberlist.Node) {
-	if existing.Name != g.name || other.Name != g.name || g.sighted == nil {
+	if existing.Name != other.Name || g.sighted == nil {
 		return
 	}
-	var m meta
-	if err := json.Unmarshal(other.Meta, &m); err != nil {
+	var was, m meta
+	if err := json.Unmarshal(other.Meta, &m); err != nil || m.GRPCAddr == "" {
 		return
 	}
-	g.sighted(other.Address(), m.GRPCAddr)
+	if existing.Name != g.name && (json.Unmarshal(existing.Meta, &was) != nil || was.ClusterID == "" || was.ClusterID != m.ClusterID) {
+		return
+	}
+	g.sighted(m.GRPCAddr)
 }
 
 func (g *gossip) record(n *memberlist.Node, gone bool) {

@@ -56,6 +56,18 @@ func (f *localForwarder) Probe(ctx context.Context, addr string) (Status, error)
 	return n.Status(), nil
 }
 
+// TellCopy implements CopyTeller, as ClusterService.Status with a hint does.
+func (f *localForwarder) TellCopy(ctx context.Context, addr, copyAddr string) error {
+	if _, err := f.Probe(ctx, addr); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	n := f.byAddr[addr]
+	f.mu.Unlock()
+	n.SightedCopy(copyAddr)
+	return nil
+}
+
 func (f *localForwarder) set(addr string, n *Node) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -335,16 +335,14 @@ func Open(cfg Config) (*Node, error) {
 	// A lone seed founds its own cluster: no other cluster's leader may
 	// append to it while it has none (raftGreeter.admits).
 	alone := cfg.BootstrapExpect == 1 && len(cfg.Join) == 0
-	n.doors = door.NewCounts(boundRaftConns, boundRaftHandshakes, boundRaftTimeout, boundRaftTLS, boundRaftGreeting, boundRaftOtherCluster,
+	n.doors = door.NewCounts(boundRaftConns, boundRaftHandshakes, boundRaftTimeout, boundRaftTLS, boundRaftGreeting, boundRaftOtherCluster, boundRaftIdentity,
 		boundGossipStreams, boundGossipBudget)
 	n.rs, err = openRaft(&n.cfg, id, n.fsm, raftGreeter{own: n.ownCluster, alone: func() bool { return alone }}, n.doors, logger)
 	if err != nil {
 		return nil, err
 	}
 	local.Member = n.rs.hadState
-	n.gossip, err = openGossip(&n.cfg, id, local, n.doors, logger, func(gossipAddr, grpcAddr string) {
-		n.copies.sighted(gossipAddr, grpcAddr, time.Now())
-	})
+	n.gossip, err = openGossip(&n.cfg, id, local, n.doors, logger, func(grpcAddr string) { n.copies.sighted(grpcAddr, time.Now()) })
 	if err != nil {
 		n.rs.close()
 		return nil, err
@@ -624,6 +622,8 @@ func (n *Node) Status() Status {
 	st.LeaderID, st.LeaderAddr = string(id), string(addr)
 	st.ClusterID = n.ownCluster()
 	st.Started = n.started
+	stopped := n.conflict.Load() != nil
+	st.Stopped = &stopped
 	st.RaftAddr, st.Leaving = n.cfg.RaftAdvertise, n.leaving.Load()
 	st.Protocols = n.cfg.protocols
 	_, st.ClusterProtocol, _ = n.clusterProtocol()

@@ -113,7 +113,7 @@ func truncate(s string, n int) string {
 // raftStore bundles Raft with the stores it was opened on.
 type raftStore struct {
 	raft      *raft.Raft
-	transport *raft.NetworkTransport
+	transport *identityTransport
 	boltStore *raftboltdb.BoltStore
 	notifyCh  chan bool
 	// hadState is true when the data dir already held Raft state at start.
@@ -129,10 +129,11 @@ func openRaft(cfg *Config, nodeID string, f *fsm, greeter raftGreeter, counts *d
 	if err != nil {
 		return nil, fmt.Errorf("raft advertise address %q: %w", cfg.RaftAdvertise, err)
 	}
-	transport, err := raftTransport(cfg, advertise, greeter, counts, hl, logger)
+	network, err := raftTransport(cfg, advertise, greeter, counts, hl, logger)
 	if err != nil {
 		return nil, fmt.Errorf("raft transport on %s: %w", cfg.RaftAddr, err)
 	}
+	transport := newIdentityTransport(network, raft.ServerID(nodeID), counts, logger.With("component", "raft"))
 	rdir := filepath.Join(cfg.DataDir, "raft")
 	if err := os.MkdirAll(rdir, 0o755); err != nil {
 		transport.Close()
@@ -180,6 +181,7 @@ func openRaft(cfg *Config, nodeID string, f *fsm, greeter raftGreeter, counts *d
 		transport.Close()
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
+	transport.watch(r)
 	s := &raftStore{raft: r, transport: transport, boltStore: bolt, notifyCh: notifyCh, hadState: hadState}
 	if lone {
 		s.stopGrowth, s.growthDone = make(chan struct{}), make(chan struct{})

@@ -1,9 +1,13 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
+
+	"github.com/hashicorp/raft"
 )
 
 // One node identity runs in one process at a time. A copied data dir (a
@@ -28,37 +32,43 @@ import (
 const (
 	// twinSightingTTL: a sighting is asked about while this recent.
 	twinSightingTTL = 30 * time.Second
-	// maxTwinSightings bounds what forged sightings can make a node keep.
+	// maxTwinSightings bounds what forged sightings and hints can make a
+	// node keep.
 	maxTwinSightings = 16
+	// copyRecheck: a proven copy that still serves is asked again this
+	// often, so that the fence of its windows follows it until it stops.
+	copyRecheck = time.Second
+	// copyContestMax: how long a proven copy that still serves keeps its
+	// identity's claims and its slot's reserves refused.
+	copyContestMax = 30 * time.Second
 )
 
-// twinSighting is an address gossip showed this node's own name alive at.
-type twinSighting struct {
-	grpcAddr string
-	at       time.Time
-}
-
-// twinBook keeps sightings by gossip address, and the proofs of copies that
-// answered.
+// twinBook keeps the gRPC addresses where processes of this node's identity,
+// or of a member's, were sighted (gossip) or told of (a peer's hint), and
+// the proofs of those that answered as copies.
 type twinBook struct {
 	mu     sync.Mutex
-	seen   map[string]twinSighting
+	seen   map[string]time.Time    // by gRPC address
 	proofs map[string]foreignProof // by gRPC address
-	retry  map[string]time.Time
+	first  map[string]time.Time    // when each address was first proven a copy
+	retry  map[string]time.Time    // by gRPC address
 }
 
 // sighted records a sighting, keeping the newest maxTwinSightings.
-func (b *twinBook) sighted(gossipAddr, grpcAddr string, now time.Time) {
+func (b *twinBook) sighted(grpcAddr string, now time.Time) {
+	if grpcAddr == "" {
+		return
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.seen == nil {
-		b.seen = map[string]twinSighting{}
+		b.seen = map[string]time.Time{}
 	}
-	b.seen[gossipAddr] = twinSighting{grpcAddr: grpcAddr, at: now}
+	b.seen[grpcAddr] = now
 	for len(b.seen) > maxTwinSightings {
 		oldest := ""
-		for a, s := range b.seen {
-			if oldest == "" || s.at.Before(b.seen[oldest].at) {
+		for a, at := range b.seen {
+			if oldest == "" || at.Before(b.seen[oldest]) {
 				oldest = a
 			}
 		}
@@ -66,23 +76,49 @@ func (b *twinBook) sighted(gossipAddr, grpcAddr string, now time.Time) {
 	}
 }
 
-// due returns the gRPC addresses of recent sightings not proven lately and
-// not waiting for a retry.
+// due returns the recent sightings to ask: not proven lately
+// (foreignProof.freshFor), not waiting for a retry.
 func (b *twinBook) due(now time.Time, self string) []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out []string
-	for _, s := range b.seen {
-		p, proven := b.proofs[s.grpcAddr]
+	for addr, at := range b.seen {
+		p, proven := b.proofs[addr]
 		switch {
-		case now.Sub(s.at) > twinSightingTTL, s.grpcAddr == "", s.grpcAddr == self:
-		case proven && now.Sub(p.at) < foreignFresh:
-		case now.Before(b.retry[s.grpcAddr]):
+		case now.Sub(at) > twinSightingTTL, addr == self:
+		case proven && now.Sub(p.at) < p.freshFor():
+		case now.Before(b.retry[addr]):
 		default:
-			out = append(out, s.grpcAddr)
+			out = append(out, addr)
 		}
 	}
+	sort.Strings(out)
 	return out
+}
+
+// failed: the address answered as no copy (or not at all); ask again later.
+func (b *twinBook) failed(addr string, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.retry == nil {
+		b.retry = map[string]time.Time{}
+	}
+	b.retry[addr] = now.Add(foreignRetry)
+}
+
+// prove records p and reports whether it is the address's first proof.
+func (b *twinBook) prove(p foreignProof) (first bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.proofs == nil {
+		b.proofs, b.first = map[string]foreignProof{}, map[string]time.Time{}
+	}
+	_, known := b.proofs[p.addr]
+	b.proofs[p.addr] = p
+	if !known {
+		b.first[p.addr] = p.at
+	}
+	return !known
 }
 
 // copies returns the proofs of every copy that answered.
@@ -93,7 +129,27 @@ func (b *twinBook) copies() []foreignProof {
 	for _, p := range b.proofs {
 		out = append(out, p)
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].addr < out[j].addr })
 	return out
+}
+
+// contests reports whether a proven copy that still serves closes the
+// claims of node id or the reserves of slot to this cluster's leader: its
+// windows grow while it serves, and a fence taken now would fall short of
+// what it issues before it stops. The contest lasts until the copy answers
+// that it stopped (then its last fence is final), its proof is older than
+// foreignConflictTTL, or copyContestMax after it was first proven.
+func (b *twinBook) contests(id string, slot int, now time.Time) (foreignProof, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for addr, p := range b.proofs {
+		switch {
+		case !p.serving, now.Sub(p.at) > foreignConflictTTL, now.Sub(b.first[addr]) > copyContestMax:
+		case id != "" && p.id == id, slot >= 0 && p.slot == slot:
+			return p, true
+		}
+	}
+	return foreignProof{}, false
 }
 
 // copyRanks is the decision between this process (serving, started at
@@ -113,8 +169,23 @@ func copyRanks(mineServing bool, mine int64, mineAddr string, other foreignProof
 	return mineAddr > other.addr
 }
 
-// checkCopies asks every recent sighting of this node's own name who it is,
-// and stops this process if a proven copy outranks it (copyRanks).
+// proofOfCopy is what a copy at addr said of itself.
+func proofOfCopy(st Status, addr string, now time.Time) foreignProof {
+	stopped := st.Stopped != nil && *st.Stopped
+	return foreignProof{
+		id: st.ID, cluster: st.ClusterID, history: coarseIndex(st.AppliedIndex), slot: st.LastWindowSlot, granted: st.LastWindowGranted,
+		windows: st.GrantedWindows, layout: st.Layout, serving: (st.Ready || st.LeaderID != "") && !stopped, stopped: stopped,
+		saysStopped: st.Stopped != nil, at: now, started: st.Started, addr: addr,
+	}
+}
+
+// checkCopies asks every recent sighting who it is. An answer of this
+// cluster under this node's ID, or under a member's ID from another
+// address than the one the cluster records for that member, with another
+// process start than the member's own answer, is a copy. A first proof is
+// told to the leader (which fences the copy's windows) and to both copies
+// (which rank themselves); this process stops if a proven copy of its own
+// identity outranks it (copyRanks).
 func (n *Node) checkCopies() {
 	own := n.ownCluster()
 	if own == "" || n.Conflict() != nil {
@@ -124,47 +195,108 @@ func (n *Node) checkCopies() {
 	b := &n.copies
 	keys := map[probeKey]bool{}
 	for _, addr := range b.due(now, n.cfg.GRPCAddr) {
-		keys[probeKey{n.id, addr}] = true
+		keys[probeKey{"", addr}] = true
 	}
-	for k, a := range n.probeAll(keys) {
-		st := a.st
-		b.mu.Lock()
-		if a.err != nil || st.ID != n.id || st.ClusterID != own || st.Started == 0 || st.Started == n.started {
-			// Nobody there, another node, or this very process.
-			if b.retry == nil {
-				b.retry = map[string]time.Time{}
+	answers := n.probeAll(keys)
+	// A member's copy is told from the member by the member's own answer at
+	// the address the cluster records for it.
+	registered := map[string]string{n.id: n.cfg.GRPCAddr}
+	originals := map[probeKey]bool{}
+	for k, a := range answers {
+		if id := a.st.ID; a.err == nil && a.st.ClusterID == own && id != n.id && id != "" {
+			if reg := n.grpcAddrOf(id); reg != "" && reg != k.addr {
+				registered[id] = reg
+				originals[probeKey{id, reg}] = true
 			}
-			b.retry[k.addr] = now.Add(foreignRetry)
-			b.mu.Unlock()
+		}
+	}
+	startOf := map[string]int64{n.id: n.started}
+	for k, a := range n.probeAll(originals) {
+		if a.err == nil && a.st.ID == k.id && a.st.ClusterID == own {
+			startOf[k.id] = a.st.Started
+		}
+	}
+	for k, a := range answers {
+		st := a.st
+		orig := startOf[st.ID]
+		if a.err != nil || st.ClusterID != own || st.Started == 0 || orig == 0 || st.Started == orig {
+			// Nobody there, another cluster, the member itself, or this very process.
+			b.failed(k.addr, now)
 			continue
 		}
-		if b.proofs == nil {
-			b.proofs = map[string]foreignProof{}
+		p := proofOfCopy(st, k.addr, now)
+		if !b.prove(p) {
+			continue
 		}
-		p := foreignProof{
-			id: n.id, cluster: own, history: coarseIndex(st.AppliedIndex), slot: st.LastWindowSlot, granted: st.LastWindowGranted,
-			windows: st.GrantedWindows, layout: st.Layout, serving: st.Ready || st.LeaderID != "", at: now,
-			started: st.Started, addr: k.addr,
-		}
-		_, known := b.proofs[k.addr]
-		b.proofs[k.addr] = p
-		b.mu.Unlock()
-		if !known {
-			n.logger.Error("another process runs this node's identity: a copy of its data dir", "copy_grpc_addr", k.addr,
-				"copy_started", time.Unix(0, p.started).UTC().Format(time.RFC3339Nano), "copy_serving", p.serving)
-		}
+		n.logger.Error("another process runs a node identity of this cluster: a copy of its data dir", "node_id", p.id,
+			"copy_grpc_addr", k.addr, "copy_started", time.Unix(0, p.started).UTC().Format(time.RFC3339Nano),
+			"copy_serving", p.serving, "original_grpc_addr", registered[p.id])
+		go n.tellOfCopy(p, registered[p.id])
 	}
 	serving := n.leaderKnown()
 	for _, p := range b.copies() {
-		if now.Sub(p.at) > foreignConflictTTL || !copyRanks(serving, n.started, n.cfg.GRPCAddr, p) {
+		if p.id != n.id || now.Sub(p.at) > foreignConflictTTL || !copyRanks(serving, n.started, n.cfg.GRPCAddr, p) {
 			continue
 		}
 		reason := copyAdvice(serving, n.cfg.GRPCAddr, p)
 		n.conflict.Store(&reason)
 		n.logger.Error("stopping issuing: " + n.Conflict().Error())
+		go n.leaveRaftAsCopy()
 		return
 	}
 }
+
+// leaveRaftAsCopy: a process that stopped because a copy of its identity
+// outranks it takes no more part in Raft. Its votes and its log would be a
+// second server of one ID (raftidentity.go), and as the leader it would
+// refuse its whole cluster's claims for good (a leader in conflict applies
+// nothing forwarded). So it hands leadership away if it has it, then shuts
+// Raft down; it goes on answering Status, which says it stopped.
+func (n *Node) leaveRaftAsCopy() {
+	if n.rs.raft.State() == raft.Leader {
+		if err := n.rs.raft.LeadershipTransfer().Error(); err != nil {
+			n.logger.Warn("hand leadership away before leaving raft as a copy", "err", err)
+		}
+	}
+	if err := n.rs.raft.Shutdown().Error(); err != nil {
+		n.logger.Warn("leave raft as a copy", "err", err)
+		return
+	}
+	n.logger.Warn("left raft: a copy of this node's data dir outranks this process")
+}
+
+// tellOfCopy tells the copy at p.addr and the original at orig about each
+// other, and this node's leader about the copy: the two rank themselves, and
+// the leader fences the windows of the one that stops. Each asks the
+// address itself before it believes the hint.
+func (n *Node) tellOfCopy(p foreignProof, orig string) {
+	t, ok := n.cfg.Prober.(CopyTeller)
+	if !ok {
+		return
+	}
+	tell := map[string]string{p.addr: orig}
+	if orig != n.cfg.GRPCAddr {
+		tell[orig] = p.addr
+	}
+	if _, leader := n.rs.raft.LeaderWithID(); leader != "" && string(leader) != n.id {
+		if la := n.grpcAddrOf(string(leader)); la != "" && la != p.addr && la != orig {
+			tell[la] = p.addr
+		}
+	}
+	for to, about := range tell {
+		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+		if err := t.TellCopy(ctx, to, about); err != nil {
+			n.logger.Warn("tell a node of a copy of a node identity", "to", to, "copy_grpc_addr", about, "err", err)
+		}
+		cancel()
+	}
+}
+
+// SightedCopy takes a peer's hint that a process of this node's identity,
+// or of a member's, runs at grpcAddr (ClusterService.Status from a node of
+// the cluster). It is asked at the next housekeeping tick; nothing is
+// believed before it answers.
+func (n *Node) SightedCopy(grpcAddr string) { n.copies.sighted(grpcAddr, time.Now()) }
 
 // copyAdvice is the reason a process gives when a copy of its data dir
 // outranks it.

@@ -1,11 +1,17 @@
 package cluster
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/idgen/idgen/scripts/harness"
 )
@@ -45,6 +51,36 @@ func copyDir(t *testing.T, from, to string) {
 	}
 }
 
+// seedAndCopy runs a lone seed a, issues from it, stops it, and configures
+// "copy" on a copy of its data dir (not started), as a cloned volume would
+// be. a is not restarted.
+func seedAndCopy(t *testing.T, tc *testCluster) *nodeSpec {
+	t.Helper()
+	tc.add("a", 1)
+	a := tc.start("a")
+	waitReady(t, a)
+	tc.issue(a, 100)
+	tc.stop("a")
+	cp := tc.add("copy", 1)
+	cp.cfg.DataDir = filepath.Join(t.TempDir(), "copy")
+	copyDir(t, tc.specs["a"].cfg.DataDir, cp.cfg.DataDir)
+	return cp
+}
+
+// growToThree restarts a and has b and c join it.
+func growToThree(t *testing.T, tc *testCluster) (a, b, c *Node) {
+	t.Helper()
+	a = tc.start("a")
+	waitReady(t, a)
+	tc.add("b", 0, "a")
+	tc.add("c", 0, "a")
+	b, c = tc.start("b"), tc.start("c")
+	waitVoters(t, a, 3)
+	waitReady(t, b)
+	waitReady(t, c)
+	return a, b, c
+}
+
 // TestCopiedDataDirOfALoneSeedStopsAndIsFenced: a lone seed's data dir is
 // copied and both copies run, each the leader of its own log of one cluster
 // ID and one slot; the copy's clock is 6 s ahead, so its windows lie where
@@ -55,18 +91,10 @@ func copyDir(t *testing.T, from, to string) {
 // both went on issuing the same slot.
 func TestCopiedDataDirOfALoneSeedStopsAndIsFenced(t *testing.T) {
 	tc := newTestCluster(t)
-	tc.add("a", 1)
-	a := tc.start("a")
-	waitReady(t, a)
-	tc.issue(a, 100)
-	tc.stop("a")
-
+	cp := seedAndCopy(t, tc)
 	orig := tc.specs["a"].cfg
-	cp := tc.add("copy", 1)
-	cp.cfg.DataDir = filepath.Join(t.TempDir(), "copy")
-	copyDir(t, orig.DataDir, cp.cfg.DataDir)
 	cp.cfg.Clock = skewedClock{6 * time.Second}
-	a = tc.start("a")
+	a := tc.start("a")
 	waitReady(t, a)
 	twin := tc.start("copy")
 	waitReady(t, twin)
@@ -141,6 +169,300 @@ func TestCopyRanks(t *testing.T) {
 			back := copyRanks(true, c.other.started, c.other.addr, other(true, c.mine, c.addr))
 			if back == c.stop {
 				t.Errorf("%s and %s both %s", c.addr, c.other.addr, map[bool]string{true: "stop", false: "go on"}[back])
+			}
+		}
+	}
+}
+
+// TestCopyOfALoneSeedMeetingThroughAThirdNode: a lone seed's data dir is
+// copied; the original grows to three nodes, the copy stays a cluster of
+// one with the same cluster ID, node ID and slot, its clock 6 s ahead. The
+// copy's gossip then meets the cluster through a third node (b), so the
+// original itself never sees its name at another address. Three things
+// must hold:
+//   - the copy's Raft changes nobody's log: one node ID in two processes
+//     votes twice in a term, and the copy, leader of its own log, would
+//     otherwise add b and c and overwrite their committed entries with its
+//     own;
+//   - the copy stops (it started later);
+//   - the original's cluster fences every window the copy's log granted,
+//     from an answer taken after the copy stopped, so nothing the original
+//     issues after that repeats an ID the copy issued.
+func TestCopyOfALoneSeedMeetingThroughAThirdNode(t *testing.T) {
+	tc := newTestCluster(t)
+	cp := seedAndCopy(t, tc)
+	cp.cfg.Clock = skewedClock{6 * time.Second}
+	a, b, c := growToThree(t, tc)
+	for _, n := range []*Node{a, b, c} {
+		tc.issue(n, 512)
+	}
+	// The entries every node of the real cluster has committed by now.
+	committed := a.rs.raft.AppliedIndex()
+	harness.WaitFor(t, 20*time.Second, "b and c to apply what a applied", func() bool {
+		return b.rs.raft.AppliedIndex() >= committed && c.rs.raft.AppliedIndex() >= committed
+	})
+	logs := map[string][]raft.Log{}
+	for _, n := range []*Node{a, b, c} {
+		logs[n.Name()] = readLog(t, n, committed)
+	}
+
+	// The copy starts twice (as the outside attack restarted it): each start
+	// of a lone voter is an election, so its term passes the real cluster's,
+	// and a follower takes a leader of a higher term at its word.
+	twin := tc.start("copy")
+	waitReady(t, twin)
+	tc.stop("copy")
+	twin = tc.start("copy")
+	waitReady(t, twin)
+	copyIDs := map[int64]bool{}
+	for range 2 {
+		for _, id := range tc.mint(twin, 2048) {
+			copyIDs[id] = true
+		}
+	}
+	// What the copy's leader loop does when it sees b and c in gossip
+	// before it learns it is a copy (the outside attack saw it after the
+	// copy was restarted): b and c answer as members of its cluster, so it
+	// adds them to its own log's configuration and replicates to them.
+	for _, n := range []*Node{b, c} {
+		if err := twin.rs.raft.AddNonvoter(raft.ServerID(n.ID()), raft.ServerAddress(n.cfg.RaftAdvertise), 0, 10*time.Second).Error(); err != nil {
+			t.Fatalf("the copy adds %s: %v", n.Name(), err)
+		}
+	}
+	slot := a.Status().Slot
+	// Both go on issuing through the meeting: the copy until it stops, the
+	// original throughout. Whatever the original issues once the copy has
+	// stopped must repeat nothing the copy issued (before that is the
+	// meeting's window, counted and logged).
+	var (
+		mu       sync.Mutex
+		stopAt   time.Time
+		original []drawn
+		done     = make(chan struct{})
+		drawers  sync.WaitGroup
+	)
+	drawers.Add(2)
+	go func() {
+		defer drawers.Done()
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			ids, _, err := twin.NextBatch(ctx, 256)
+			cancel()
+			mu.Lock()
+			for _, id := range ids {
+				copyIDs[id] = true
+			}
+			if errors.Is(err, ErrClusterConflict) && stopAt.IsZero() {
+				stopAt = time.Now()
+			}
+			stopped := !stopAt.IsZero()
+			mu.Unlock()
+			if stopped {
+				return
+			}
+		}
+	}()
+	go func() {
+		defer drawers.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			at := time.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			ids, _, err := a.NextBatch(ctx, 256)
+			cancel()
+			if err != nil {
+				time.Sleep(20 * time.Millisecond) // not ready meanwhile: ask again soon
+			}
+			mu.Lock()
+			original = append(original, drawn{at, ids})
+			mu.Unlock()
+		}
+	}()
+	if _, err := twin.Join([]string{tc.specs["b"].cfg.GossipAddr}); err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, 30*time.Second, "b and c to refuse the copy's Raft traffic", func() bool {
+		return b.doors.Snapshot()[boundRaftIdentity] > 0 && c.doors.Snapshot()[boundRaftIdentity] > 0
+	})
+	harness.WaitFor(t, 30*time.Second, "the copy that started later to stop", func() bool { return twin.Conflict() != nil })
+	t.Logf("copy: %v", twin.Conflict())
+	var copyGranted int64
+	for _, g := range twin.Status().GrantedWindows {
+		copyGranted = max(copyGranted, g)
+	}
+	harness.WaitFor(t, 30*time.Second, "the original's cluster to fence the copy's windows", func() bool {
+		for _, n := range []*Node{a, b, c} {
+			if n.Conflict() != nil {
+				t.Fatalf("%s stopped: %v", n.Name(), n.Conflict())
+			}
+		}
+		var hw int64 = -1
+		a.fsm.view(func(s *state) { hw = s.Slots[slot].HighWater })
+		return hw >= copyGranted
+	})
+	layout := a.Layout()
+	harness.WaitFor(t, 60*time.Second, "real time to pass the copy's window", func() bool {
+		return layout.Units(time.Now()) > copyGranted+1
+	})
+	close(done)
+	drawers.Wait()
+	var before, after, window int
+	for _, d := range original {
+		for _, id := range d.ids {
+			switch {
+			case d.at.After(stopAt) && copyIDs[id]:
+				t.Fatalf("the original issued %d after the copy stopped, an ID its copy issued", id)
+			case d.at.After(stopAt):
+				after++
+			case copyIDs[id]:
+				window++
+			default:
+				before++
+			}
+		}
+	}
+	t.Logf("the original issued %d IDs before the copy stopped (%d of them the copy's too: the meeting's window) and %d after; "+
+		"the copy issued %d", before+window, window, after, len(copyIDs))
+	if after == 0 {
+		t.Fatal("the original issued nothing after the copy stopped")
+	}
+	for _, n := range []*Node{a, b, c} {
+		if got := readLog(t, n, committed); !sameLog(got, logs[n.Name()]) {
+			t.Fatalf("%s's committed log up to %d changed after the copy met the cluster", n.Name(), committed)
+		}
+	}
+}
+
+// drawn is one batch a test drew, and when it asked.
+type drawn struct {
+	at  time.Time
+	ids []int64
+}
+
+// readLog returns n's Raft log entries from its first stored index up to upTo.
+func readLog(t *testing.T, n *Node, upTo uint64) []raft.Log {
+	t.Helper()
+	first, err := n.rs.boltStore.FirstIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []raft.Log
+	for i := max(first, 1); i <= upTo; i++ {
+		var l raft.Log
+		if err := n.rs.boltStore.GetLog(i, &l); err != nil {
+			if errors.Is(err, raft.ErrLogNotFound) {
+				continue // compacted into a snapshot
+			}
+			t.Fatal(err)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// sameLog: got holds, at every index both have, the entry want has.
+func sameLog(got, want []raft.Log) bool {
+	byIndex := map[uint64]raft.Log{}
+	for _, l := range want {
+		byIndex[l.Index] = l
+	}
+	for _, l := range got {
+		w, ok := byIndex[l.Index]
+		if ok && (w.Term != l.Term || !bytes.Equal(w.Data, l.Data)) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestCopyContests: a proven copy that serves closes its identity's claims
+// and its slot's reserves to the leader, until it says it stopped, its
+// proof is stale, or copyContestMax after it was first proven; a copy that
+// cannot serve closes nothing.
+func TestCopyContests(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var b twinBook
+	b.prove(foreignProof{id: "x", slot: 3, serving: true, saysStopped: true, at: t0, addr: "copy:1"})
+	for _, c := range []struct {
+		id   string
+		slot int
+		at   time.Time
+		want bool
+	}{
+		{"x", -1, t0, true},
+		{"", 3, t0, true},
+		{"y", -1, t0, false},
+		{"", 4, t0, false},
+		{"x", -1, t0.Add(foreignConflictTTL + time.Second), false},
+	} {
+		if _, got := b.contests(c.id, c.slot, c.at); got != c.want {
+			t.Errorf("contests(%q, %d, +%v) = %v, want %v", c.id, c.slot, c.at.Sub(t0), got, c.want)
+		}
+	}
+	// Still serving and freshly proven, but first proven too long ago.
+	b.prove(foreignProof{id: "x", slot: 3, serving: true, saysStopped: true, at: t0.Add(copyContestMax + time.Second), addr: "copy:1"})
+	if _, got := b.contests("x", -1, t0.Add(copyContestMax+time.Second)); got {
+		t.Error("a copy proven longer than copyContestMax ago still contests")
+	}
+	// The answer that says it stopped ends the contest at once.
+	var s twinBook
+	s.prove(foreignProof{id: "x", slot: 3, serving: true, saysStopped: true, at: t0, addr: "copy:1"})
+	s.prove(foreignProof{id: "x", slot: 3, stopped: true, saysStopped: true, at: t0.Add(time.Second), addr: "copy:1"})
+	if _, got := s.contests("x", 3, t0.Add(time.Second)); got {
+		t.Error("a copy that said it stopped still contests")
+	}
+	// A serving copy that can say it stops is asked every copyRecheck; one
+	// that stopped, or cannot say, every foreignFresh.
+	if f := (foreignProof{serving: true, saysStopped: true}).freshFor(); f != copyRecheck {
+		t.Errorf("a serving copy is asked every %v, want %v", f, copyRecheck)
+	}
+	if f := (foreignProof{stopped: true, saysStopped: true}).freshFor(); f != foreignFresh {
+		t.Errorf("a stopped copy is asked every %v, want %v", f, foreignFresh)
+	}
+	if f := (foreignProof{serving: true}).freshFor(); f != foreignFresh {
+		t.Errorf("an older node is asked every %v, want %v", f, foreignFresh)
+	}
+}
+
+// TestOriginalThatStartedLaterLeavesRaft: the copy of a lone seed started
+// first, so when it meets the original (which grew to three nodes and
+// leads them) through a third node, the original is the process that
+// stops. It leads, and a leader in conflict applies nothing forwarded, so
+// it must also hand leadership away and leave Raft: b and c elect a leader
+// of their own and go on issuing, and nothing they issue repeats the
+// copy's IDs (those are in slot a holds).
+func TestOriginalThatStartedLaterLeavesRaft(t *testing.T) {
+	tc := newTestCluster(t)
+	seedAndCopy(t, tc)
+	twin := tc.start("copy")
+	waitReady(t, twin)
+	copyIDs := map[int64]bool{}
+	for _, id := range tc.mint(twin, 2048) {
+		copyIDs[id] = true
+	}
+
+	a, b, c := growToThree(t, tc)
+	if _, err := twin.Join([]string{tc.specs["b"].cfg.GossipAddr}); err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, 30*time.Second, "the original, which started later, to stop", func() bool { return a.Conflict() != nil })
+	t.Logf("original: %v", a.Conflict())
+	if err := twin.Conflict(); err != nil {
+		t.Fatalf("the copy stopped too: %v", err)
+	}
+	harness.WaitFor(t, 30*time.Second, "b and c to lead themselves without the original", func() bool {
+		_, leader := b.rs.raft.LeaderWithID()
+		return leader != "" && string(leader) != a.ID() && a.rs.raft.State() == raft.Shutdown
+	})
+	for _, n := range []*Node{b, c} {
+		waitReady(t, n)
+		for _, id := range tc.issue(n, 512) {
+			if copyIDs[id] {
+				t.Fatalf("%s issued %d, an ID of the copy", n.Name(), id)
 			}
 		}
 	}

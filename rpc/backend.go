@@ -61,6 +61,10 @@ type Admin interface {
 type Peer interface {
 	// ApplyForwarded applies a command a follower forwarded to this (leader) node.
 	ApplyForwarded(ctx context.Context, command []byte) ([]byte, error)
+	// SightedCopy takes a peer's hint that a process of this node's
+	// identity, or of another member's, runs at grpcAddr; the node asks it
+	// before it believes anything.
+	SightedCopy(grpcAddr string)
 }
 
 // FaultInjector is ClusterService.Fault's role (fault injection only).

@@ -9,18 +9,22 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/idgen/idgen/cluster"
 	"github.com/idgen/idgen/generator"
 	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
 	"github.com/idgen/idgen/rpc/buildinfo"
+	"github.com/idgen/idgen/rpc/tlsconf"
 )
 
 type clusterService struct {
 	idgenv1.UnimplementedClusterServiceServer
 	s     *Server // the join slot, the log and Left
 	admin Admin
+	peer  Peer // takes the hints of copies Status carries
 	fault FaultInjector
 }
 
@@ -53,8 +57,41 @@ func memberToProto(m cluster.MemberInfo) *idgenv1.Member {
 	}
 }
 
-func (h *clusterService) Status(ctx context.Context, _ *idgenv1.StatusRequest) (*idgenv1.StatusResponse, error) {
+func (h *clusterService) Status(ctx context.Context, req *idgenv1.StatusRequest) (*idgenv1.StatusResponse, error) {
+	if addr := req.GetCopyGrpcAddr(); addr != "" {
+		// A hint of a copy counts only from a node of the cluster: anyone
+		// else could make this node dial where it likes.
+		if !fromServer(ctx) {
+			return nil, status.Errorf(codes.PermissionDenied, "copy_grpc_addr is a hint between nodes of the cluster: it needs a "+
+				"certificate with role %s", tlsconf.RoleServer)
+		}
+		if len(addr) > maxHintAddr {
+			return nil, status.Errorf(codes.InvalidArgument, "copy_grpc_addr is %d bytes; at most %d", len(addr), maxHintAddr)
+		}
+		h.peer.SightedCopy(addr)
+	}
 	return statusToProto(h.admin.Status()), nil
+}
+
+// maxHintAddr bounds a hinted address (a host name and a port).
+const maxHintAddr = 300
+
+// fromServer: the caller showed a server certificate of the cluster CA, or
+// the port runs without TLS (--insecure, where every caller is trusted).
+func fromServer(ctx context.Context) bool {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return false
+	}
+	if p.AuthInfo == nil {
+		return true
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return false
+	}
+	_, role := certIdentity(info.State)
+	return role == tlsconf.RoleServer
 }
 
 func statusToProto(st cluster.Status) *idgenv1.StatusResponse {
@@ -88,6 +125,7 @@ func statusToProto(st cluster.Status) *idgenv1.StatusResponse {
 		ClusterProtocol:        uint32(max(st.ClusterProtocol, 0)),
 		ClockUnixNano:          st.Clock,
 		ProcessStartedUnixNano: st.Started,
+		Stopped:                st.Stopped,
 		ConfiguredLayout:       layoutText(st.ConfiguredLayout),
 		Datacenter:             datacenterOf(st.Datacenter),
 		GrantedWindows:         windowsOf(st.GrantedWindows),

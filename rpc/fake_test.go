@@ -14,6 +14,7 @@ import (
 // lets tests flip readiness, report a conflict, inject errors and panics.
 type fakeBackend struct {
 	mu       sync.Mutex
+	hints    []string // copy hints from Status
 	slot     int
 	layout   generator.Layout
 	counter  int64
@@ -174,6 +175,13 @@ func (f *fakeBackend) ApplyForwarded(ctx context.Context, cmd []byte) ([]byte, e
 		return nil, cluster.ErrNotLeader
 	}
 	return fn(ctx, cmd)
+}
+
+// SightedCopy records a peer's hint of a copy.
+func (f *fakeBackend) SightedCopy(addr string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hints = append(f.hints, addr)
 }
 
 func (f *fakeBackend) SetClockOffset(d time.Duration) error {

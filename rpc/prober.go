@@ -27,13 +27,32 @@ type PeerProber struct {
 	dialOpts []grpc.DialOption
 }
 
-var _ cluster.Prober = (*PeerProber)(nil)
+var (
+	_ cluster.Prober     = (*PeerProber)(nil)
+	_ cluster.CopyTeller = (*PeerProber)(nil)
+)
 
 // NewPeerProber returns a prober dialing with insecure credentials unless
 // opts carry transport credentials, which then replace them.
 func NewPeerProber(opts ...grpc.DialOption) *PeerProber {
 	base := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	return &PeerProber{dialOpts: append(base, opts...)}
+}
+
+// TellCopy implements cluster.CopyTeller: it tells the node at grpcAddr,
+// over the same authenticated transport, that another process was seen at
+// copyAddr under its identity or another member's. The node asks copyAddr
+// itself before it believes anything.
+func (p *PeerProber) TellCopy(ctx context.Context, grpcAddr, copyAddr string) error {
+	conn, err := grpc.NewClient(grpcAddr, p.dialOpts...)
+	if err != nil {
+		return fmt.Errorf("tell %s: %w", grpcAddr, err)
+	}
+	defer conn.Close()
+	if _, err := idgenv1.NewClusterServiceClient(conn).Status(ctx, &idgenv1.StatusRequest{CopyGrpcAddr: copyAddr}); err != nil {
+		return fmt.Errorf("tell %s: status: %w", grpcAddr, ErrorFromStatus(err))
+	}
+	return nil
 }
 
 // Probe asks the node at grpcAddr who it is. The Status it returns carries
@@ -85,6 +104,7 @@ func (p *PeerProber) Probe(ctx context.Context, grpcAddr string) (cluster.Status
 		ClusterProtocol: int(st.GetClusterProtocol()),
 		Clock:           st.GetClockUnixNano(),
 		Started:         st.GetProcessStartedUnixNano(),
+		Stopped:         st.Stopped,
 	}
 	// The cluster's layout: another cluster's windows are compared with this
 	// one's only in one layout (cluster/foreign.go). Empty while the node

@@ -241,7 +241,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		}),
 	)...)
 	idgenv1.RegisterIDServiceServer(s.grpc, &idService{s: s})
-	idgenv1.RegisterClusterServiceServer(s.grpc, &clusterService{s: s, admin: c.Backend, fault: c.Backend})
+	idgenv1.RegisterClusterServiceServer(s.grpc, &clusterService{s: s, admin: c.Backend, peer: c.Backend, fault: c.Backend})
 	idgenv1.RegisterPeerServiceServer(s.grpc, &peerService{peer: c.Backend})
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)

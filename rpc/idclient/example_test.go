@@ -95,3 +95,5 @@ func (d *demoNode) Remove(context.Context, string) (string, int, error) {
 func (d *demoNode) ApplyForwarded(context.Context, []byte) ([]byte, error) {
 	return nil, cluster.ErrNotLeader
 }
+
+func (d *demoNode) SightedCopy(string) {}

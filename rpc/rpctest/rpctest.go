@@ -198,6 +198,9 @@ func (f *Node) ApplyForwarded(context.Context, []byte) ([]byte, error) {
 	return nil, cluster.ErrNotLeader
 }
 
+// SightedCopy implements rpc.Peer: a fake node has no copies.
+func (f *Node) SightedCopy(string) {}
+
 // Serve runs a real rpc.Server for cfg.Backend on 127.0.0.1:0 until the test
 // ends, quiet and with its own metrics registry.
 func Serve(t testing.TB, cfg rpc.ServerConfig) (*rpc.Server, string) {

@@ -72,6 +72,7 @@ func (u *unlimited) SetClockOffset(time.Duration) error      { return errNotHere
 func (u *unlimited) ApplyForwarded(context.Context, []byte) ([]byte, error) {
 	return nil, errNotHere
 }
+func (u *unlimited) SightedCopy(string)                                {}
 func (u *unlimited) History(context.Context) ([]cluster.Tenure, error) { return nil, errNotHere }
 func (u *unlimited) Remove(context.Context, string) (string, int, error) {
 	return "", 0, errNotHere

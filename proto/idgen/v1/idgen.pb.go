@@ -404,7 +404,13 @@ func (x *MembersResponse) GetLeaderId() string {
 }
 
 type StatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A hint from a node of the same cluster (server certificate only; from
+	// anyone else it is ignored): another process was seen in gossip under
+	// the answering node's identity, or under another member's, at this gRPC
+	// address. The answering node asks that address itself before it
+	// believes anything (a copy of a data dir; empty from older nodes).
+	CopyGrpcAddr  string `protobuf:"bytes,1,opt,name=copy_grpc_addr,json=copyGrpcAddr,proto3" json:"copy_grpc_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -437,6 +443,13 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
 	return file_idgen_v1_idgen_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *StatusRequest) GetCopyGrpcAddr() string {
+	if x != nil {
+		return x.CopyGrpcAddr
+	}
+	return ""
 }
 
 type StatusResponse struct {
@@ -503,8 +516,13 @@ type StatusResponse struct {
 	// started later stops (0 from older nodes, which are never taken for a
 	// copy).
 	ProcessStartedUnixNano int64 `protobuf:"varint,30,opt,name=process_started_unix_nano,json=processStartedUnixNano,proto3" json:"process_started_unix_nano,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// Whether this process stopped issuing for good (a conflict with another
+	// cluster or with a copy of its data dir; reason says which). A leader
+	// that fences the windows of a stopped process fences them for the last
+	// time. Always set from nodes that know the field; unset from older ones.
+	Stopped       *bool `protobuf:"varint,31,opt,name=stopped,proto3,oneof" json:"stopped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -745,6 +763,13 @@ func (x *StatusResponse) GetProcessStartedUnixNano() int64 {
 		return x.ProcessStartedUnixNano
 	}
 	return 0
+}
+
+func (x *StatusResponse) GetStopped() bool {
+	if x != nil && x.Stopped != nil {
+		return *x.Stopped
+	}
+	return false
 }
 
 type SlotWindow struct {
@@ -1445,8 +1470,9 @@ const file_idgen_v1_idgen_proto_rawDesc = "" +
 	"\fprotocol_max\x18\x0f \x01(\rR\vprotocolMax\"Z\n" +
 	"\x0fMembersResponse\x12*\n" +
 	"\amembers\x18\x01 \x03(\v2\x10.idgen.v1.MemberR\amembers\x12\x1b\n" +
-	"\tleader_id\x18\x02 \x01(\tR\bleaderId\"\x0f\n" +
-	"\rStatusRequest\"\x9d\b\n" +
+	"\tleader_id\x18\x02 \x01(\tR\bleaderId\"5\n" +
+	"\rStatusRequest\x12$\n" +
+	"\x0ecopy_grpc_addr\x18\x01 \x01(\tR\fcopyGrpcAddr\"\xc8\b\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1485,8 +1511,11 @@ const file_idgen_v1_idgen_proto_rawDesc = "" +
 	"datacenter\x18\x1c \x01(\x05H\x00R\n" +
 	"datacenter\x88\x01\x01\x12=\n" +
 	"\x0fgranted_windows\x18\x1d \x03(\v2\x14.idgen.v1.SlotWindowR\x0egrantedWindows\x129\n" +
-	"\x19process_started_unix_nano\x18\x1e \x01(\x03R\x16processStartedUnixNanoB\r\n" +
-	"\v_datacenter\":\n" +
+	"\x19process_started_unix_nano\x18\x1e \x01(\x03R\x16processStartedUnixNano\x12\x1d\n" +
+	"\astopped\x18\x1f \x01(\bH\x01R\astopped\x88\x01\x01B\r\n" +
+	"\v_datacenterB\n" +
+	"\n" +
+	"\b_stopped\":\n" +
 	"\n" +
 	"SlotWindow\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\rR\x04slot\x12\x18\n" +
