@@ -163,10 +163,11 @@ func (n *Node) leaderApply(ctx context.Context, c command) (result, error) {
 }
 
 // contested refuses a Claim by a node whose identity a proven copy still
-// serves, and a Reserve on the slot that copy issues (twins.go): whatever a
-// fence closes off now, the copy's windows grow past it until it stops.
-// Its holder waits, not ready, until the copy answers that it stopped (a
-// second or so after the two meet) and the fence of its windows is final.
+// serves, and a Reserve on a slot that a copy or a member of another
+// cluster still issues (contestedBy): whatever a fence closes off now,
+// their windows grow past it until they stop. The holder waits, not ready,
+// until the other answers that it stopped (a second or so after the two
+// meet) and the fence of its windows is final.
 func (n *Node) contested(d leaderOut) error {
 	if !d.Propose || (d.Cmd.Type != cmdClaim && d.Cmd.Type != cmdReserve) {
 		return nil
@@ -175,12 +176,16 @@ func (n *Node) contested(d leaderOut) error {
 	if d.Cmd.Type == cmdReserve {
 		id, slot = "", d.Cmd.Slot
 	}
-	p, ok := n.copies.contests(id, slot, time.Now())
-	if !ok {
-		return nil
+	now := time.Now()
+	if p, ok := n.copies.contests(id, slot, now); ok {
+		return fmt.Errorf("%w: a copy of node %s's data dir still issues slot %d at %s; the slot waits until it stops and its "+
+			"windows are fenced", ErrNotReady, p.id, p.slot, p.addr)
 	}
-	return fmt.Errorf("%w: a copy of node %s's data dir still issues slot %d at %s; the slot waits until it stops and its "+
-		"windows are fenced", ErrNotReady, p.id, p.slot, p.addr)
+	if p, ok := n.foreign.contests(slot, now); ok {
+		return fmt.Errorf("%w: node %s of cluster %s, which met this one, still issues slot %d; the slot waits until it stops "+
+			"and its windows are fenced", ErrNotReady, p.id, p.cluster, p.slot)
+	}
+	return nil
 }
 
 // raftApply proposes c and waits for it to be applied on this (leader) node.

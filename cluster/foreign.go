@@ -51,8 +51,9 @@ type foreignProof struct {
 	// saysStopped: its answer says whether it stopped (older nodes do not).
 	saysStopped bool
 	at          time.Time
-	// started and addr: a copy of this node's own data dir (twins.go), its
-	// process start (Unix ns) and gRPC address; zero for other clusters.
+	// started and addr: the answering process's start (Unix ns; a copy of
+	// a data dir has another than the original's, twins.go) and the gRPC
+	// address it answered at.
 	started int64
 	addr    string
 }
@@ -75,7 +76,36 @@ func (p foreignProof) freshFor() time.Duration {
 type foreignBook struct {
 	mu     sync.Mutex
 	proofs map[string]foreignProof
+	first  map[string]time.Time // when each member was first proven
 	retry  map[string]time.Time
+}
+
+// contests reports whether a proven member of another cluster that still
+// serves on slot closes the slot's reserves to this cluster's leader (see
+// contestedBy).
+func (b *foreignBook) contests(slot int, now time.Time) (foreignProof, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return contestedBy(b.proofs, b.first, "", slot, now)
+}
+
+// contestedBy is the contest rule over one book's proofs (keyed as first
+// is): a proof of a process that still serves, and can say when it stops,
+// closes the claims of node id (a copy's identity) and the reserves of its
+// slot, since its windows grow past any fence until it stops. It lasts
+// until the process answers that it stopped (its last fence is final), its
+// proof is older than foreignConflictTTL, or copyContestMax after it was
+// first proven. A process that cannot say it stopped (an older release)
+// contests nothing: it would contest for as long as it answers.
+func contestedBy(proofs map[string]foreignProof, first map[string]time.Time, id string, slot int, now time.Time) (foreignProof, bool) {
+	for k, p := range proofs {
+		switch {
+		case !p.serving, !p.saysStopped, now.Sub(p.at) > foreignConflictTTL, now.Sub(first[k]) > copyContestMax:
+		case id != "" && p.id == id, slot >= 0 && p.slot == slot:
+			return p, true
+		}
+	}
+	return foreignProof{}, false
 }
 
 // proveForeign probes the alive gossip members of other clusters whose proof
@@ -88,7 +118,7 @@ func (n *Node) proveForeign(own string) []foreignProof {
 	b := &n.foreign
 	b.mu.Lock()
 	if b.proofs == nil {
-		b.proofs, b.retry = map[string]foreignProof{}, map[string]time.Time{}
+		b.proofs, b.retry, b.first = map[string]foreignProof{}, map[string]time.Time{}, map[string]time.Time{}
 	}
 	for id, m := range n.gossip.snapshot() {
 		if m.State != MemberAlive || !m.Parsed || m.Meta.ClusterID == "" || m.Meta.ClusterID == own || m.Meta.GRPCAddr == "" {
@@ -114,12 +144,12 @@ func (n *Node) proveForeign(own string) []foreignProof {
 			b.retry[k.id] = now.Add(foreignRetry)
 			continue
 		}
-		stopped := st.Stopped != nil && *st.Stopped
-		b.proofs[k.id] = foreignProof{
-			id: k.id, cluster: st.ClusterID, created: m.Meta.Created, history: coarseIndex(st.AppliedIndex),
-			slot: st.LastWindowSlot, granted: st.LastWindowGranted, layout: st.Layout, windows: st.GrantedWindows, at: now,
-			serving: (st.Ready || st.LeaderID != "") && !stopped, stopped: stopped, saysStopped: st.Stopped != nil,
+		p := proofFrom(st, k.addr, now)
+		p.created = m.Meta.Created
+		if _, known := b.proofs[k.id]; !known {
+			b.first[k.id] = now
 		}
+		b.proofs[k.id] = p
 	}
 	out := make([]foreignProof, 0, len(b.proofs))
 	for _, p := range b.proofs {

@@ -280,7 +280,7 @@ func (n *Node) reconcile() {
 		return
 	}
 	v := &memberView{
-		Self: n.id, SelfRaftAddr: n.cfg.RaftAdvertise, Own: n.ownCluster(),
+		Self: n.id, SelfRaftAddr: n.cfg.RaftAdvertise, SelfSpeaksAs: string(n.rs.transport.LocalAddr()), Own: n.ownCluster(),
 		Servers: cf.Configuration().Servers, Members: n.gossip.snapshot(), Addable: map[string]bool{},
 		StateAddr: map[string]string{}, LeaderApplied: n.rs.raft.AppliedIndex(),
 		Now: time.Now(), ReapAfter: n.cfg.ReapAfter,

@@ -318,6 +318,11 @@ func Open(cfg Config) (*Node, error) {
 		notReady:   door.NewRateLog(logger, peerLogEvery),
 	}
 	n.fsm.afterApply = n.stopIfEnded
+	if reason, err := stoppedBefore(cfg.DataDir); err != nil {
+		return nil, err
+	} else if reason != "" {
+		n.conflict.Store(&reason)
+	}
 	n.setReason("starting")
 	n.recorded.Store(recorded)
 	local := meta{
@@ -350,6 +355,10 @@ func Open(cfg Config) (*Node, error) {
 	logger.Info("node started", "id", id, "raft", cfg.RaftAdvertise, "gossip", cfg.GossipAdvertise,
 		"existing_state", n.rs.hadState, "bootstrap_expect", cfg.BootstrapExpect, "layout", n.Layout().String())
 
+	if n.conflict.Load() != nil {
+		logger.Error("stopped: " + n.Conflict().Error())
+		go n.leaveRaftAsCopy()
+	}
 	n.goLoop(n.monitorLeadership)
 	n.goLoop(n.runAgent)
 	n.goLoop(n.housekeeping)

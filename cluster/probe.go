@@ -37,13 +37,14 @@ const (
 // Why a probe's answer does not prove a member. Sentinels, so that a reason
 // is logged once per member rather than on every sweep.
 var (
-	errProbeUnanswered = errors.New("it does not answer over the authenticated transport")
-	errProbeOtherNode  = errors.New("another node answers at its gRPC address")
-	errProbeLeaving    = errors.New("it is leaving")
-	errProbeRaftAddr   = errors.New("its own raft address is not the one gossip shows")
-	errProbeCluster    = errors.New("it does not belong to this cluster")
-	errProbeBehind     = errors.New("it has not caught up with this cluster's log")
-	errProbeNoClaim    = errors.New("it could never claim a slot under this cluster's layout")
+	errProbeUnanswered  = errors.New("it does not answer over the authenticated transport")
+	errProbeOtherNode   = errors.New("another node answers at its gRPC address")
+	errProbeLeaving     = errors.New("it is leaving")
+	errProbeRaftAddr    = errors.New("its own raft address is not the one gossip shows")
+	errProbeCluster     = errors.New("it does not belong to this cluster")
+	errProbeBehind      = errors.New("it has not caught up with this cluster's log")
+	errProbeOtherLeader = errors.New("it follows another raft leader")
+	errProbeNoClaim     = errors.New("it could never claim a slot under this cluster's layout")
 )
 
 // errNoProber: a node built without a Prober adds and promotes nobody.

@@ -24,8 +24,9 @@ import (
 // memberView is what one reconcile sweep reads.
 type memberView struct {
 	// Self is this leader's node ID, SelfRaftAddr the Raft address it
-	// advertises now, Own its cluster.
-	Self, SelfRaftAddr, Own string
+	// advertises now, Own its cluster. SelfSpeaksAs is the address its Raft
+	// RPCs name (resolved), which its followers report as their leader's.
+	Self, SelfRaftAddr, SelfSpeaksAs, Own string
 	// Servers is Raft's configuration.
 	Servers []raft.Server
 	// Members is gossip's view, by node ID; Addable says of each whether
@@ -304,6 +305,11 @@ func (ls *leaderState) sweepActions(v *memberView, gone map[string]bool, answers
 			if err == nil {
 				err = memberProof(st, m.Meta.RaftAddr, v.Own)
 			}
+			if err == nil {
+				// A copy of this server's data dir that leads its own log
+				// answers as this server, at its own address.
+				err = v.followsNoOther(st)
+			}
 			if err != nil {
 				out = append(out, memberAction{Kind: actRefuse, ID: id, Name: m.Meta.Name, Why: "not moving a server to the raft address gossip shows", Err: err})
 				continue
@@ -336,6 +342,19 @@ func (ls *leaderState) sweepActions(v *memberView, gone map[string]bool, answers
 	return out
 }
 
+// followsNoOther: a member that follows another Raft leader is in another
+// Raft group (two logs with one cluster ID: a copy of a lone seed's data
+// dir leads its own), and is never added or promoted: the two logs must
+// never exchange entries. The other leader is told apart by the address it
+// speaks from, since a copy has this leader's very ID. A member that knows
+// no leader (a fresh node) or this one passes.
+func (v *memberView) followsNoOther(st Status) error {
+	if st.LeaderID == "" || st.LeaderID == v.Self && (v.SelfSpeaksAs == "" || st.LeaderAddr == v.SelfSpeaksAs) {
+		return nil
+	}
+	return fmt.Errorf("%w (its leader is %s at %s)", errProbeOtherLeader, st.LeaderID, st.LeaderAddr)
+}
+
 // join decides on an alive member not in Raft: add it as a non-voter once it
 // answers as itself at the Raft address gossip shows, as a fresh node or one
 // of this cluster. A wiped data dir comes back as a new ID on the old
@@ -349,6 +368,9 @@ func (ls *leaderState) join(v *memberView, out []memberAction, id string, m goss
 	st, err := answer(id)
 	if err == nil {
 		err = joinProof(st, m.Meta.RaftAddr, v.Own)
+	}
+	if err == nil {
+		err = v.followsNoOther(st)
 	}
 	if err == nil {
 		err = joinProtocol(st.Protocols, v.protocols())
@@ -388,6 +410,9 @@ func (ls *leaderState) promotion(v *memberView, out []memberAction, id string, m
 	st, err := answer(id)
 	if err == nil {
 		err = promoteProof(st, string(s.Address), v.Own, v.LeaderApplied)
+	}
+	if err == nil {
+		err = v.followsNoOther(st)
 	}
 	if err == nil {
 		err = joinProtocol(st.Protocols, v.protocols())

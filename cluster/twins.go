@@ -134,22 +134,12 @@ func (b *twinBook) copies() []foreignProof {
 }
 
 // contests reports whether a proven copy that still serves closes the
-// claims of node id or the reserves of slot to this cluster's leader: its
-// windows grow while it serves, and a fence taken now would fall short of
-// what it issues before it stops. The contest lasts until the copy answers
-// that it stopped (then its last fence is final), its proof is older than
-// foreignConflictTTL, or copyContestMax after it was first proven.
+// claims of node id or the reserves of slot to this cluster's leader
+// (contestedBy: its windows grow past any fence until it stops).
 func (b *twinBook) contests(id string, slot int, now time.Time) (foreignProof, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for addr, p := range b.proofs {
-		switch {
-		case !p.serving, now.Sub(p.at) > foreignConflictTTL, now.Sub(b.first[addr]) > copyContestMax:
-		case id != "" && p.id == id, slot >= 0 && p.slot == slot:
-			return p, true
-		}
-	}
-	return foreignProof{}, false
+	return contestedBy(b.proofs, b.first, id, slot, now)
 }
 
 // copyRanks is the decision between this process (serving, started at
@@ -169,8 +159,8 @@ func copyRanks(mineServing bool, mine int64, mineAddr string, other foreignProof
 	return mineAddr > other.addr
 }
 
-// proofOfCopy is what a copy at addr said of itself.
-func proofOfCopy(st Status, addr string, now time.Time) foreignProof {
+// proofFrom is what the process at addr said of itself.
+func proofFrom(st Status, addr string, now time.Time) foreignProof {
 	stopped := st.Stopped != nil && *st.Stopped
 	return foreignProof{
 		id: st.ID, cluster: st.ClusterID, history: coarseIndex(st.AppliedIndex), slot: st.LastWindowSlot, granted: st.LastWindowGranted,
@@ -224,7 +214,7 @@ func (n *Node) checkCopies() {
 			b.failed(k.addr, now)
 			continue
 		}
-		p := proofOfCopy(st, k.addr, now)
+		p := proofFrom(st, k.addr, now)
 		if !b.prove(p) {
 			continue
 		}
@@ -238,10 +228,7 @@ func (n *Node) checkCopies() {
 		if p.id != n.id || now.Sub(p.at) > foreignConflictTTL || !copyRanks(serving, n.started, n.cfg.GRPCAddr, p) {
 			continue
 		}
-		reason := copyAdvice(serving, n.cfg.GRPCAddr, p)
-		n.conflict.Store(&reason)
-		n.logger.Error("stopping issuing: " + n.Conflict().Error())
-		go n.leaveRaftAsCopy()
+		n.stopAsCopy(copyAdvice(serving, n.cfg.GRPCAddr, p))
 		return
 	}
 }

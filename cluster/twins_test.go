@@ -466,4 +466,66 @@ func TestOriginalThatStartedLaterLeavesRaft(t *testing.T) {
 			}
 		}
 	}
+	// The copy that outranks goes on serving its own log: it takes none of
+	// the members it meets (they follow another leader), which would cost
+	// it its quorum.
+	waitReady(t, twin)
+	tc.mint(twin, 64)
+
+	// The original stays stopped across a restart (its data dir records
+	// the stop) and leaves Raft at once.
+	tc.stop("a")
+	a = tc.start("a")
+	if a.Conflict() == nil || !*a.Status().Stopped {
+		t.Fatalf("the restarted original issues again: conflict %v, status %+v", a.Conflict(), a.Status())
+	}
+	harness.WaitFor(t, 10*time.Second, "the restarted original to leave raft", func() bool { return a.rs.raft.State() == raft.Shutdown })
+	if _, _, err := a.NextBatch(context.Background(), 1); !errors.Is(err, ErrClusterConflict) {
+		t.Fatalf("the restarted original: NextBatch %v, want the conflict", err)
+	}
+
+	// With the original gone, gossip shows its ID alive only at the copy's
+	// address. b's leader loop must not move the original's Raft address to
+	// the copy: the copy answers as the original, but it leads a log of its
+	// own, and as a voter here it would bring its diverging entries.
+	tc.stop("a")
+	leader := b
+	if _, id := b.rs.raft.LeaderWithID(); string(id) == c.ID() {
+		leader = c
+	}
+	sweeps := leader.sweeps.Load()
+	harness.WaitFor(t, 30*time.Second, "ten sweeps of the leader with the original gone", func() bool {
+		return leader.sweeps.Load() >= sweeps+10
+	})
+	cf := leader.rs.raft.GetConfiguration().Configuration()
+	for _, srv := range cf.Servers {
+		if string(srv.ID) == twin.ID() && string(srv.Address) == twin.cfg.RaftAdvertise {
+			t.Fatalf("the leader moved the original's raft address to its copy's: %+v", cf.Servers)
+		}
+	}
+	if servers := twin.rs.raft.GetConfiguration().Configuration().Servers; len(servers) != 1 {
+		t.Fatalf("the copy took members of the other log: %+v", servers)
+	}
+}
+
+// TestLeaderAddsNoMemberOfAnotherRaftGroup: a member that follows another
+// Raft leader is never added or promoted, even when that leader has this
+// leader's own ID (a copy of a lone seed leads its own log): told apart by
+// the address it speaks from. Fresh nodes and this leader's followers pass.
+func TestLeaderAddsNoMemberOfAnotherRaftGroup(t *testing.T) {
+	v := &memberView{Self: "me", SelfSpeaksAs: "127.0.0.1:7000"}
+	for _, c := range []struct {
+		leader, addr string
+		ok           bool
+	}{
+		{"", "", true},
+		{"me", "127.0.0.1:7000", true},
+		{"me", "127.0.0.1:7100", false}, // a copy of this leader, elsewhere
+		{"other", "127.0.0.1:7001", false},
+	} {
+		err := v.followsNoOther(Status{LeaderID: c.leader, LeaderAddr: c.addr})
+		if (err == nil) != c.ok || err != nil && !errors.Is(err, errProbeOtherLeader) {
+			t.Errorf("a member following %q at %q: %v, want accepted %v", c.leader, c.addr, err, c.ok)
+		}
+	}
 }

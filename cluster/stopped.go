@@ -1,0 +1,48 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// A stop for a copy survives a restart. A process that stopped because a
+// copy of its data dir outranks it records the reason in its data dir
+// (stoppedFile) before it stops issuing. A restarted process forgets what it
+// met, and until it met its copy again it would issue from its log once
+// more, above every fence the other copy's cluster wrote. So a data dir that
+// holds the record starts stopped: Status says stopped and why, nothing is
+// issued, and Raft is left at once. Only wiping the data dir (the advice the
+// reason gives) or removing the file by hand lets it issue again. A stop
+// for another cluster is not recorded: one of its remedies is a restart
+// once the node's own cluster has a leader again.
+const stoppedFile = "STOPPED"
+
+// stopAsCopy stops this process for good: a copy of its data dir outranks it.
+func (n *Node) stopAsCopy(reason string) {
+	path := filepath.Join(n.cfg.DataDir, stoppedFile)
+	if err := writeFileSync(path, []byte(reason+"\n")); err != nil {
+		n.logger.Error("record in the data dir that this copy stopped", "path", path, "err", err)
+	}
+	n.conflict.Store(&reason)
+	n.logger.Error("stopping issuing: " + n.Conflict().Error())
+	go n.leaveRaftAsCopy()
+}
+
+// stoppedBefore reads the record of an earlier stop as a copy ("" for none).
+func stoppedBefore(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, stoppedFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("this data dir stopped as a copy of another before this restart, and stays stopped: %s (wipe the data "+
+		"dir to start it as a new node; remove %s only if the other copy is gone for good and its cluster never issued this "+
+		"node's slot)", strings.TrimSpace(string(b)), path), nil
+}
