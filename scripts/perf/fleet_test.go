@@ -1,37 +1,10 @@
 package main
 
 import (
-	"slices"
 	"strings"
 	"testing"
 	"time"
 )
-
-// The subset stand-in gives each client k distinct nodes of the list, the
-// same ones every time, and spreads the clients evenly over the nodes.
-func TestSubsetOfIsDeterministicAndEven(t *testing.T) {
-	addrs := []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}
-	if got := subsetOf(7, 0, addrs); !slices.Equal(got, addrs) {
-		t.Fatalf("subset 0: %v, want every node", got)
-	}
-	per := map[string]int{}
-	const clients = 3000
-	for i := range clients {
-		s := subsetOf(i, 2, addrs)
-		if len(s) != 2 || s[0] == s[1] || !slices.Equal(s, subsetOf(i, 2, addrs)) {
-			t.Fatalf("client %d: %v, want the same 2 distinct nodes every time", i, s)
-		}
-		for _, a := range s {
-			per[a]++
-		}
-	}
-	for _, a := range addrs {
-		// 2,000 each when even; 5% either way is far outside chance.
-		if per[a] < 1900 || per[a] > 2100 {
-			t.Errorf("%s in %d of %d subsets, want about 2000: %v", a, per[a], clients, per)
-		}
-	}
-}
 
 // /proc/net/tcp lines name the local port and remote address in hex, the
 // address in host byte order.

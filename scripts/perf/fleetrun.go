@@ -96,9 +96,8 @@ func (b *bench) fleetRun(prefix string, cfgs []*tls.Config, n int, attack bool) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			target := strings.Join(subsetOf(i, cfg.subset, addrs), ",")
 			start := time.Now()
-			results[i] = fleetClient(target, cfgs[i], clientSource(i, cfg.sources), cfg.duration, mrand.New(mrand.NewPCG(cfg.seed, uint64(i))))
+			results[i] = fleetClient(strings.Join(addrs, ","), cfg.subset, clientName(i), cfgs[i], clientSource(i, cfg.sources), cfg.duration, mrand.New(mrand.NewPCG(cfg.seed, uint64(i))))
 			results[i].start, results[i].end = start, time.Now()
 		}()
 	}
