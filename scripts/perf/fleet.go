@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/idgen/idgen/rpc/idclient"
 	"github.com/idgen/idgen/rpc/tlsconf"
@@ -231,11 +233,12 @@ func clientTLS(dir, name string) (*tls.Config, error) {
 // clientResult is what one client of the fleet saw.
 type clientResult struct {
 	ids                    []int64
-	start, end             time.Time     // from before Dial to after Close (the caller's)
-	first                  time.Duration // start (before Dial) to its first ID; 0: none
-	firstDraws, firstFails int           // draws until the first ID, and of them failed
-	laterDraws, laterFails int           // draws after it
-	err                    error         // Dial or NewPool failed
+	start, end             time.Time      // from before Dial to after Close (the caller's)
+	first                  time.Duration  // start (before Dial) to its first ID; 0: none
+	firstDraws, firstFails int            // draws until the first ID, and of them failed
+	laterDraws, laterFails int            // draws after it
+	laterCauses            map[string]int // failed draws after the first, by drawCause
+	err                    error          // Dial or NewPool failed
 }
 
 // fleetClient runs client i from its start for d: Dial, NewPool, then one
@@ -277,6 +280,10 @@ func fleetClient(target string, subset int, key string, cfg *tls.Config, src net
 			r.laterDraws++
 			if err != nil {
 				r.laterFails++
+				if r.laterCauses == nil {
+					r.laterCauses = map[string]int{}
+				}
+				r.laterCauses[drawCause(err)]++
 			}
 		}
 		if err == nil {
@@ -288,4 +295,28 @@ func fleetClient(target string, subset int, key string, cfg *tls.Config, src net
 		}
 		time.Sleep(gap)
 	}
+}
+
+// drawCause names why a draw failed, coarsely enough to count: the gRPC
+// status of the Pool's last fetch (code and the start of its message,
+// digits blanked), or that none failed and the deadline passed.
+func drawCause(err error) string {
+	var se interface{ GRPCStatus() *status.Status }
+	st := status.New(codes.Unknown, err.Error())
+	switch {
+	case errors.As(err, &se):
+		st = se.GRPCStatus()
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline, no fetch failed"
+	}
+	msg := []rune(st.Message())
+	for i, r := range msg {
+		if r >= '0' && r <= '9' {
+			msg[i] = '#'
+		}
+	}
+	if len(msg) > 60 {
+		msg = append(msg[:60], '…')
+	}
+	return st.Code().String() + ": " + string(msg)
 }

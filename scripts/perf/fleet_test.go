@@ -1,9 +1,14 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // /proc/net/tcp lines name the local port and remote address in hex, the
@@ -60,5 +65,24 @@ func TestMostAtOnce(t *testing.T) {
 	rs := []clientResult{{start: at(0), end: at(3)}, {start: at(1), end: at(2)}, {start: at(3), end: at(5)}, {start: at(4), end: at(6)}}
 	if got := mostAtOnce(rs); got != 2 {
 		t.Errorf("%d at once, want 2 (one ending as another starts counts once)", got)
+	}
+}
+
+// A failed draw's cause is the status of the Pool's last fetch, digits
+// blanked, or the deadline alone.
+func TestDrawCause(t *testing.T) {
+	fetch := status.Error(codes.Unavailable, "connection error: desc = \"transport: Error while dialing: dial tcp 127.1.0.9:4001\"")
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("idclient: no ID available: %w", context.DeadlineExceeded), "deadline, no fetch failed"},
+		{fmt.Errorf("idclient: no ID available: %w; last fetch failed: %w", context.DeadlineExceeded, fetch),
+			"Unavailable: connection error: desc = \"transport: Error while dialing: di…"},
+		{status.Error(codes.ResourceExhausted, "3 calls"), "ResourceExhausted: # calls"},
+	} {
+		if got := drawCause(c.err); got != c.want {
+			t.Errorf("drawCause(%v) = %q, want %q", c.err, got, c.want)
+		}
 	}
 }
