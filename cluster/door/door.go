@@ -120,13 +120,14 @@ type GateConfig struct {
 	// cleared before the connection is handed on.
 	Timeout time.Duration
 	// MaxPending is how many handshakes may run at once. A connection that
-	// arrives when that many are running closes the oldest of them, so a
-	// flood of silent connections cannot keep a real peer, whose handshake
-	// takes milliseconds, from getting through.
+	// arrives when that many are running closes one of them, or is closed
+	// itself, by Policy, so a flood of silent connections cannot keep a
+	// real peer, whose handshake takes milliseconds, from getting through.
 	MaxPending int
 	// MaxPendingPerPeer (0: no such bound) is how many of them one remote
-	// address (Peer) may run: a new one past it closes that address's
-	// oldest instead, so one address never takes the others' room.
+	// address (Peer) may run: a new one past it closes one of that
+	// address's instead (or is closed, by Policy), so one address never
+	// takes the others' room.
 	MaxPendingPerPeer int
 	// Policy (OldestOut unless set) chooses what a newcomer past
 	// MaxPending or MaxPendingPerPeer closes.
