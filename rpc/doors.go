@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -27,8 +28,9 @@ import (
 // The gRPC port's bounds (cmd/idgend/README.md, "Securing a cluster"), beside the
 // per-call ones in auth.go (MaxRequestBytes, MaxHeaderBytes,
 // MaxConcurrentStreams). They are bounds by who is asking: strangers share
-// the room for unfinished handshakes, where the oldest makes way for a
-// newcomer; clients (and admins) that proved who they are share a far
+// the room for unfinished handshakes, where each address gets a fair share
+// and a newcomer never closes a handshake the node has started on before
+// HandshakeMinAge (door.FairShare); clients (and admins) that proved who they are share a far
 // larger room, each certificate identity a part of it; the cluster's own
 // servers have a room of their own that nobody else can fill.
 const (
@@ -36,6 +38,16 @@ const (
 	// before gRPC sees the connection) and then its HTTP/2 preface
 	// (grpc.ConnectionTimeout; gRPC's default is 120 s).
 	HandshakeTimeout = 5 * time.Second
+	// HandshakeMinAge is how long an unfinished handshake whose peer has
+	// sent something is safe from newcomers (door.GateConfig.MinAge): a
+	// newcomer past the bounds is closed at once instead. A stranger's
+	// silent connections are closed for newcomers at any age.
+	HandshakeMinAge = 2 * time.Second
+	// HandshakeSilentAge is how long a connection may send nothing before
+	// a newcomer from its own address may close it
+	// (door.GateConfig.SilentAge): a client behind the same NAT as a
+	// stranger has this long to send its ClientHello after connecting.
+	HandshakeSilentAge = 500 * time.Millisecond
 	// DefaultMaxConnectionIdle closes a connection with no call for this
 	// long (with a GOAWAY: clients dial again on their next call).
 	DefaultMaxConnectionIdle = 5 * time.Minute
@@ -55,13 +67,17 @@ const (
 // DefaultBounds'; each is an idgend flag.
 type Bounds struct {
 	// Handshakes is how many connections may be in their TLS handshake at
-	// once; a new one past it closes the oldest unfinished one, so a flood
-	// of silent connections never keeps a peer that handshakes in
-	// milliseconds out (--grpc-max-handshakes).
+	// once. A new one past it closes a silent unfinished one (it has sent
+	// nothing yet; or it has run for HandshakeMinAge) of the address
+	// holding the most, if that is more than the newcomer's address holds;
+	// else the newcomer is closed at once. So a flood of silent
+	// connections never keeps a peer out, and a reconnect storm never
+	// closes the handshakes the node is finishing (--grpc-max-handshakes).
 	Handshakes int
 	// HandshakesPerAddress is how many of them one remote address may
-	// hold; a new one past it closes that address's oldest
-	// (--grpc-max-handshakes-per-address).
+	// hold; a new one past it closes that address's oldest one silent for
+	// HandshakeSilentAge (or run for HandshakeMinAge), else it is closed
+	// at once (--grpc-max-handshakes-per-address).
 	HandshakesPerAddress int
 	// ClientConns is how many connections of callers that are not the
 	// cluster's servers (clients and admins with TLS; everyone without) may
@@ -90,6 +106,9 @@ type Bounds struct {
 	// second (0, the default: no bound): one client cannot take the
 	// cluster's rate from the fleet (--grpc-max-ids-per-identity).
 	IDsPerIdentity int
+
+	// handshakeMinAge replaces HandshakeMinAge (tests).
+	handshakeMinAge time.Duration
 }
 
 // DefaultBounds are sized for a fleet: thousands of client pods, each
@@ -142,20 +161,26 @@ func (b Bounds) Descriptors() int { return b.Handshakes + b.ClientConns + b.Peer
 // The bounds' names, in metrics (idgen_door_refused_total's bound label)
 // and logs.
 const (
-	boundHandshakes        = "grpc_handshakes"
-	boundHandshakesPerAddr = "grpc_handshakes_per_address"
-	boundHandshake         = "grpc_handshake_timeout"
-	boundTLS               = "grpc_tls"
-	boundClientConns       = "grpc_client_conns"
-	boundConnsPerIdentity  = "grpc_conns_per_identity"
-	boundPeerConns         = "grpc_peer_conns"
-	boundAdminConns        = "grpc_admin_conns"
-	boundStreamsPerConn    = "grpc_streams_per_conn"
-	boundStreamsPerID      = "grpc_streams_per_identity"
-	boundWatchesPerConn    = "grpc_health_watches_per_conn"
-	boundCallsPerIdentity  = "grpc_calls_per_identity"
-	boundCalls             = "grpc_calls"
-	boundIDsPerIdentity    = "grpc_ids_per_identity"
+	// An unfinished handshake closed for a newcomer past the total, and
+	// past its address's bound; (_refused) a newcomer closed at once, past
+	// the total or its address's bound, because no unfinished one could
+	// be closed for it.
+	boundHandshakes               = "grpc_handshakes"
+	boundHandshakesPerAddr        = "grpc_handshakes_per_address"
+	boundHandshakesRefused        = "grpc_handshakes_refused"
+	boundHandshakesPerAddrRefused = "grpc_handshakes_per_address_refused"
+	boundHandshake                = "grpc_handshake_timeout"
+	boundTLS                      = "grpc_tls"
+	boundClientConns              = "grpc_client_conns"
+	boundConnsPerIdentity         = "grpc_conns_per_identity"
+	boundPeerConns                = "grpc_peer_conns"
+	boundAdminConns               = "grpc_admin_conns"
+	boundStreamsPerConn           = "grpc_streams_per_conn"
+	boundStreamsPerID             = "grpc_streams_per_identity"
+	boundWatchesPerConn           = "grpc_health_watches_per_conn"
+	boundCallsPerIdentity         = "grpc_calls_per_identity"
+	boundCalls                    = "grpc_calls"
+	boundIDsPerIdentity           = "grpc_ids_per_identity"
 
 	// The HTTP admin port's (cmd/idgend counts them with DoorRefused): an
 	// idle connection closed for a new one past the port's bound or the
@@ -169,7 +194,7 @@ const (
 
 // doorBounds lists every bound name, so each counter exists at 0 from the
 // start.
-var doorBounds = []string{boundHandshakes, boundHandshakesPerAddr, boundHandshake, boundTLS, boundClientConns,
+var doorBounds = []string{boundHandshakes, boundHandshakesPerAddr, boundHandshakesRefused, boundHandshakesPerAddrRefused, boundHandshake, boundTLS, boundClientConns,
 	boundConnsPerIdentity, boundPeerConns, boundAdminConns, boundStreamsPerConn, boundStreamsPerID, boundWatchesPerConn,
 	boundCallsPerIdentity, boundCalls, boundIDsPerIdentity,
 	BoundHTTPConns, BoundHTTPConnsPerAddress, BoundHTTPConnsBusy, BoundHTTPConnsPerAddressBusy}
@@ -288,7 +313,7 @@ func (r *rooms) take(identity string, role tlsconf.Role) (release func(), bound 
 
 // grpcDoor is the gRPC port's listener: a door.Gate runs each
 // connection's TLS handshake under HandshakeTimeout and the handshake
-// bounds (oldest unfinished first out), then admits the connection into
+// bounds (door.FairShare, HandshakeMinAge), then admits the connection into
 // its room by the certificate's role and identity. gRPC only ever sees
 // admitted connections, already past TLS (doneTLS).
 type grpcDoor struct {
@@ -324,6 +349,7 @@ func newGRPCDoor(lis net.Listener, cfg *tls.Config, b Bounds, ref *refusals) *gr
 	}
 	g := door.NewGate(lis, handshake, door.GateConfig{
 		Timeout: HandshakeTimeout, MaxPending: b.Handshakes, MaxPendingPerPeer: b.HandshakesPerAddress,
+		Policy: door.FairShare, MinAge: cmp.Or(b.handshakeMinAge, HandshakeMinAge), SilentAge: HandshakeSilentAge,
 		Refused: func(remote net.Addr, err error) { ref.refused(remote, err, b) },
 		AcceptError: func(err error) {
 			ref.log.Log(slog.LevelError, "accept", "", "gRPC port cannot accept connections", "err", err)
@@ -344,18 +370,38 @@ type roomError struct {
 func (e *roomError) Error() string { return fmt.Sprintf("%v: %s (%s)", errRoom, e.bound, e.identity) }
 func (e *roomError) Unwrap() error { return errRoom }
 
+// handshakeRefusals are the handshake bounds' closings and refusals
+// (door.FairShare), the most particular error first.
+var handshakeRefusals = []struct {
+	err        error
+	bound, msg string
+	perAddress bool
+}{
+	{door.ErrEvictedPerPeer, boundHandshakesPerAddr, "closed an unfinished gRPC handshake to make room for a newer one from its address", true},
+	{door.ErrEvicted, boundHandshakes, "closed an unfinished gRPC handshake to make room for a newer one", false},
+	{door.ErrFullPerPeer, boundHandshakesPerAddrRefused, "refused a gRPC connection: its address holds its cap of unfinished handshakes, none of them silent", true},
+	{door.ErrFull, boundHandshakesRefused, "refused a gRPC connection: the cap of unfinished handshakes is reached, none of them silent of an address holding more", false},
+}
+
 // refused counts and logs a connection the door refused.
 func (r *refusals) refused(remote net.Addr, err error, b Bounds) {
 	peer, rs := door.Peer(remote), fmt.Sprint(remote)
+	for _, h := range handshakeRefusals {
+		if errors.Is(err, h.err) {
+			limit, n := "cap", b.Handshakes
+			if h.perAddress {
+				limit, n = "cap_per_address", b.HandshakesPerAddress
+			}
+			r.refuse(h.bound, peer, h.msg, "remote", rs, limit, n)
+			return
+		}
+	}
 	var room *roomError
 	var ne net.Error
 	switch {
 	case errors.As(err, &room):
 		limit := map[string]int{boundPeerConns: b.PeerConns, boundAdminConns: b.AdminConns, boundClientConns: b.ClientConns, boundConnsPerIdentity: b.ConnsPerIdentity}[room.bound]
 		r.refuse(room.bound, peer, "refused a gRPC connection: its room is full", "remote", rs, "identity", room.identity, "cap", limit)
-	case errors.Is(err, door.ErrEvicted):
-		r.refuse(boundHandshakes, peer, "closed an unfinished gRPC handshake to make room for a newer one", "remote", rs,
-			"cap", b.Handshakes, "cap_per_address", b.HandshakesPerAddress)
 	case errors.As(err, &ne) && ne.Timeout():
 		r.refuse(boundHandshake, peer, "closed a gRPC connection that did not finish its TLS handshake in time", "remote", rs,
 			"bound", HandshakeTimeout.String())

@@ -7,8 +7,10 @@ package door
 import (
 	"container/list"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,8 +19,47 @@ var (
 	// ErrTooMany: the listener already holds its cap of open connections.
 	ErrTooMany = errors.New("connection cap reached")
 	// ErrEvicted: the cap of unfinished handshakes was reached and this
-	// connection was the oldest of them.
-	ErrEvicted = errors.New("too many unfinished handshakes; the oldest was closed")
+	// connection was closed to make room for a newer one (under OldestOut,
+	// the oldest of them).
+	ErrEvicted = errors.New("too many unfinished handshakes; one was closed for a newer one")
+	// ErrEvictedPerPeer (errors.Is ErrEvicted): the same, past the bound
+	// of one remote address, for a newer one from that address.
+	ErrEvictedPerPeer = fmt.Errorf("%w (of its address, past the bound per address)", ErrEvicted)
+	// ErrFull (FairShare): a new connection was closed at once, before
+	// its handshake, because the cap of unfinished handshakes was reached
+	// and none of them could be closed for it.
+	ErrFull = errors.New("too many unfinished handshakes; the newcomer was refused")
+	// ErrFullPerPeer (errors.Is ErrFull): the same, past the bound of its
+	// remote address.
+	ErrFullPerPeer = fmt.Errorf("%w (its address holds its bound)", ErrFull)
+)
+
+// Policy is what a Gate does with a new connection past its bounds of
+// unfinished handshakes.
+type Policy int
+
+const (
+	// OldestOut closes the oldest unfinished handshake (of the address
+	// past its bound, else of all) for every newcomer. A flood of silent
+	// connections never keeps out a peer that handshakes in milliseconds,
+	// but a newcomer always gets in, so a storm of real handshakes that
+	// take longer than the arrivals after them closes each one just
+	// before it finishes (the Raft port: a few peers, 64 unfinished).
+	OldestOut Policy = iota
+	// FairShare closes an unfinished handshake for a newcomer only if the
+	// node has done no work on it (its handshake waits to read and its
+	// peer has sent nothing) or it has run for MinAge. Past the bound per
+	// address, the victim is that address's oldest such one whose peer has
+	// been silent for SilentAge; past the total, the oldest such one of
+	// the address holding the most, if that is more than the newcomer's
+	// address holds (and, if only one more, silent for SilentAge). With
+	// no victim the newcomer is closed at once (ErrFullPerPeer, ErrFull):
+	// that costs the node nothing, and the peer dials again later. So a
+	// stranger's silent connections are the first to go, one address never
+	// takes another's room, and a storm of real handshakes that take
+	// longer than the arrivals after them finishes the ones the node has
+	// started on.
+	FairShare
 )
 
 // Limit returns a listener that keeps at most max connections accepted
@@ -79,14 +120,28 @@ type GateConfig struct {
 	// cleared before the connection is handed on.
 	Timeout time.Duration
 	// MaxPending is how many handshakes may run at once. A connection that
-	// arrives when that many are running closes the oldest of them, so a
-	// flood of silent connections cannot keep a real peer, whose handshake
-	// takes milliseconds, from getting through.
+	// arrives when that many are running closes one of them, or is closed
+	// itself, by Policy, so a flood of silent connections cannot keep a
+	// real peer, whose handshake takes milliseconds, from getting through.
 	MaxPending int
 	// MaxPendingPerPeer (0: no such bound) is how many of them one remote
-	// address (Peer) may run: a new one past it closes that address's
-	// oldest instead, so one address never takes the others' room.
+	// address (Peer) may run: a new one past it closes one of that
+	// address's instead (or is closed, by Policy), so one address never
+	// takes the others' room.
 	MaxPendingPerPeer int
+	// Policy (OldestOut unless set) chooses what a newcomer past
+	// MaxPending or MaxPendingPerPeer closes.
+	Policy Policy
+	// MinAge (FairShare) is how long a handshake runs before any
+	// newcomer may close it.
+	MinAge time.Duration
+	// SilentAge (FairShare) is how long a handshake's peer may send
+	// nothing, once the handshake waits to read, before a newcomer from
+	// its own address, or from one holding one fewer, may close it (one
+	// from an address holding two fewer or less may close it at once). It
+	// covers the time a real peer takes to send its first bytes (its
+	// ClientHello) after connecting.
+	SilentAge time.Duration
 	// Refused, if set, hears of every refused connection and why.
 	Refused func(remote net.Addr, reason error)
 	// AcceptError, if set, hears of accept errors other than a closed
@@ -116,8 +171,31 @@ type Gate struct {
 type pendingConn struct {
 	c       net.Conn
 	peer    string
+	start   time.Time
 	elem    *list.Element
-	evicted bool
+	evicted error // ErrEvicted or ErrEvictedPerPeer once closed for a newcomer
+	// FairShare: when the handshake first asked to read from the peer
+	// (unix nanoseconds; 0: not yet), and whether it has read a byte.
+	reading atomic.Int64
+	heard   atomic.Bool
+}
+
+// heardConn marks its pendingConn reading on the first Read and heard on
+// the first byte read.
+type heardConn struct {
+	net.Conn
+	p *pendingConn
+}
+
+func (c *heardConn) Read(b []byte) (int, error) {
+	if c.p.reading.Load() == 0 {
+		c.p.reading.Store(time.Now().UnixNano())
+	}
+	n, err := c.Conn.Read(b)
+	if n > 0 && !c.p.heard.Load() {
+		c.p.heard.Store(true)
+	}
+	return n, err
 }
 
 // NewGate starts accepting from l. Close stops it and closes l.
@@ -174,6 +252,14 @@ func (g *Gate) Pending() int {
 	return g.pending.Len()
 }
 
+// PendingFrom is how many of them the remote address peer (as Peer names
+// it) runs.
+func (g *Gate) PendingFrom(peer string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.byPeer[peer]
+}
+
 func (g *Gate) acceptLoop() {
 	defer g.wg.Done()
 	var delay time.Duration
@@ -200,7 +286,7 @@ func (g *Gate) acceptLoop() {
 			continue
 		}
 		delay = 0
-		p := &pendingConn{c: c}
+		p := &pendingConn{c: c, start: time.Now()}
 		g.mu.Lock()
 		select {
 		case <-g.done:
@@ -210,41 +296,108 @@ func (g *Gate) acceptLoop() {
 		default:
 		}
 		p.peer = Peer(c.RemoteAddr())
-		oldest := g.evictFor(p.peer)
+		victim, refused := g.evictFor(p.peer, p.start)
+		if refused != nil {
+			g.mu.Unlock()
+			remote := c.RemoteAddr()
+			c.Close()
+			if g.cfg.Refused != nil {
+				g.cfg.Refused(remote, refused)
+			}
+			continue
+		}
 		p.elem = g.pending.PushBack(p)
 		g.byPeer[p.peer]++
 		g.wg.Add(1)
 		g.mu.Unlock()
-		if oldest != nil {
-			oldest.c.Close() // its goroutine sees the error and ends
+		if victim != nil {
+			victim.c.Close() // its goroutine sees the error and ends
 		}
 		go g.run(p)
 	}
 }
 
-// evictFor makes room for a new handshake from peer: past the per-peer
-// bound it takes that peer's oldest, past the total the oldest of all. The
-// caller holds mu and closes what it returns.
-func (g *Gate) evictFor(peer string) *pendingConn {
-	var victim *list.Element
+// evictFor makes room for a new handshake from peer, by the gate's
+// Policy: it takes a pending handshake off the list for the caller to
+// close, or (FairShare) says why the newcomer is refused instead. The
+// caller holds mu.
+func (g *Gate) evictFor(peer string, now time.Time) (victim *pendingConn, refused error) {
+	perPeer := g.cfg.MaxPendingPerPeer > 0 && g.byPeer[peer] >= g.cfg.MaxPendingPerPeer
+	if !perPeer && g.pending.Len() < g.cfg.MaxPending {
+		return nil, nil
+	}
+	var e *list.Element
 	switch {
-	case g.cfg.MaxPendingPerPeer > 0 && g.byPeer[peer] >= g.cfg.MaxPendingPerPeer:
-		for e := g.pending.Front(); e != nil; e = e.Next() {
-			if e.Value.(*pendingConn).peer == peer {
-				victim = e
-				break
-			}
+	case g.cfg.Policy != FairShare && perPeer:
+		e = g.oldest(func(p *pendingConn) bool { return p.peer == peer })
+	case g.cfg.Policy != FairShare:
+		e = g.pending.Front()
+	case perPeer:
+		e = g.oldest(func(p *pendingConn) bool { return p.peer == peer && g.evictable(p, 1, now) })
+		if e == nil {
+			return nil, ErrFullPerPeer
 		}
-	case g.pending.Len() >= g.cfg.MaxPending:
-		victim = g.pending.Front()
+	default:
+		e = g.fairVictim(peer, now)
+		if e == nil {
+			return nil, ErrFull
+		}
 	}
-	if victim == nil {
-		return nil
+	if e == nil {
+		return nil, nil
 	}
-	p := victim.Value.(*pendingConn)
+	p := e.Value.(*pendingConn)
 	g.forget(p)
-	p.evicted = true
-	return p
+	p.evicted = ErrEvicted
+	if perPeer {
+		p.evicted = ErrEvictedPerPeer
+	}
+	return p, nil
+}
+
+// oldest is the oldest pending handshake that ok accepts, or nil.
+func (g *Gate) oldest(ok func(*pendingConn) bool) *list.Element {
+	for e := g.pending.Front(); e != nil; e = e.Next() {
+		if ok(e.Value.(*pendingConn)) {
+			return e
+		}
+	}
+	return nil
+}
+
+// evictable reports whether FairShare may close p for a newcomer whose
+// address holds `more` fewer unfinished handshakes than p's: p has run for
+// MinAge, or its handshake waits to read and its peer has sent nothing
+// (the node has done no work on it) and either p's address holds at least
+// two more or the peer has been silent for SilentAge. One whose
+// handshake has not begun to read (its goroutine has not run yet: a busy
+// node) is never silent.
+func (g *Gate) evictable(p *pendingConn, more int, now time.Time) bool {
+	if now.Sub(p.start) >= g.cfg.MinAge {
+		return true
+	}
+	since := p.reading.Load()
+	if since == 0 || p.heard.Load() {
+		return false
+	}
+	return more >= 2 || now.Sub(time.Unix(0, since)) >= g.cfg.SilentAge
+}
+
+// fairVictim is the pending handshake FairShare closes for a newcomer from
+// peer past the total, or nil: of the evictable ones whose address holds
+// more than peer does, one of the address holding the most, the oldest of
+// them.
+func (g *Gate) fairVictim(peer string, now time.Time) *list.Element {
+	var victim *list.Element
+	mine := g.byPeer[peer]
+	most := mine
+	for e := g.pending.Front(); e != nil; e = e.Next() {
+		p := e.Value.(*pendingConn)
+		if n := g.byPeer[p.peer]; n > most && g.evictable(p, n-mine, now) {
+			victim, most = e, n
+		}
+	}
+	return victim
 }
 
 // forget takes p off the pending list; the caller holds mu.
@@ -258,19 +411,23 @@ func (g *Gate) forget(p *pendingConn) {
 func (g *Gate) run(p *pendingConn) {
 	defer g.wg.Done()
 	remote := p.c.RemoteAddr()
-	_ = p.c.SetDeadline(time.Now().Add(g.cfg.Timeout))
-	c, err := g.handshake(p.c)
+	_ = p.c.SetDeadline(p.start.Add(g.cfg.Timeout))
+	var hc net.Conn = p.c
+	if g.cfg.Policy == FairShare {
+		hc = &heardConn{Conn: p.c, p: p}
+	}
+	c, err := g.handshake(hc)
 	if err == nil {
 		err = c.SetDeadline(time.Time{})
 	}
 	g.mu.Lock()
 	evicted := p.evicted
-	if !evicted {
+	if evicted == nil {
 		g.forget(p)
 	}
 	g.mu.Unlock()
-	if evicted {
-		err = ErrEvicted
+	if evicted != nil {
+		err = evicted
 	}
 	if err != nil {
 		p.c.Close()

@@ -132,17 +132,7 @@ func TestGateHandsOnOnlyFinishedHandshakes(t *testing.T) {
 	})
 	defer g.Close()
 	addr := g.Addr().String()
-	accepted := make(chan net.Conn, 4)
-	go func() {
-		for {
-			c, err := g.Accept()
-			if err != nil {
-				close(accepted)
-				return
-			}
-			accepted <- c
-		}
-	}()
+	accepted := acceptAll(g)
 
 	silent1 := dial(t, addr)
 	waitPending(t, g, 1)
@@ -229,6 +219,22 @@ func TestGateBoundsHandshakesPerPeer(t *testing.T) {
 			t.Errorf("%s was closed, but it was neither its address's oldest nor the oldest of all", name)
 		}
 	}
+}
+
+// acceptAll hands on what g accepts until it is closed.
+func acceptAll(g *Gate) <-chan net.Conn {
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := g.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	return accepted
 }
 
 func waitPending(t *testing.T, g *Gate, n int) {
@@ -320,5 +326,95 @@ func TestRateLogCountsWhenTheIntervalEnds(t *testing.T) {
 	r.Log(slog.LevelWarn, "tls", "10.0.0.9", "refused")
 	if got := len(buf.records(t)); got != 3 {
 		t.Fatalf("%d lines, want the new refusal logged at once", got)
+	}
+}
+
+// TestGateFairShare: under FairShare a newcomer past the bounds closes
+// only a silent handshake of an address holding more than its own, and is
+// refused at once otherwise; handshakes whose peers have spoken run on.
+func TestGateFairShare(t *testing.T) {
+	var mu sync.Mutex
+	var reasons []error
+	g := NewGate(listen(t), lineHandshake, GateConfig{
+		Timeout: time.Minute, MaxPending: 4, MaxPendingPerPeer: 2,
+		Policy: FairShare, MinAge: time.Minute, SilentAge: time.Minute,
+		Refused: func(_ net.Addr, err error) { mu.Lock(); reasons = append(reasons, err); mu.Unlock() },
+	})
+	defer g.Close()
+	accepted := acceptAll(g)
+	addr := g.Addr().String()
+	from := func(ip string) net.Conn { return harness.DialFrom(t, ip, addr) }
+	// waitState waits for n pending handshakes, silent of them waiting to
+	// read with nothing read, and heard of them having read a byte.
+	waitState := func(n, silent, heard int) {
+		t.Helper()
+		harness.WaitFor(t, 5*time.Second, "the pending handshakes' state", func() bool {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			s, h := 0, 0
+			for e := g.pending.Front(); e != nil; e = e.Next() {
+				p := e.Value.(*pendingConn)
+				switch {
+				case p.heard.Load():
+					h++
+				case p.reading.Load() != 0:
+					s++
+				}
+			}
+			return g.pending.Len() == n && s == silent && h == heard
+		})
+	}
+	reported := func(n int) []error {
+		t.Helper()
+		harness.WaitFor(t, 5*time.Second, "the refusals reported", func() bool { mu.Lock(); defer mu.Unlock(); return len(reasons) >= n })
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]error(nil), reasons...)
+	}
+	a1, a2 := from("127.0.0.2"), from("127.0.0.2")
+	for _, c := range []net.Conn{a1, a2} {
+		if _, err := c.Write([]byte("hel")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b1 := from("127.0.0.3")
+	waitState(3, 1, 2)
+	b2 := from("127.0.0.3")
+	waitState(4, 2, 2)
+
+	from("127.0.0.5") // 127.0.0.3 holds two more than 127.0.0.5: its oldest silent one goes
+	if !closedBy(b1, harness.Scale(5*time.Second)) {
+		t.Fatal("a silent handshake of the address holding two more was not closed for a newcomer")
+	}
+	if got := reported(1); !errors.Is(got[0], ErrEvicted) || errors.Is(got[0], ErrEvictedPerPeer) {
+		t.Fatalf("refusals %v, want ErrEvicted", got)
+	}
+	waitState(4, 2, 2)
+	if c := from("127.0.0.2"); !closedBy(c, harness.Scale(5*time.Second)) { // at its bound, both spoken
+		t.Fatal("a newcomer past its address's bound was not refused")
+	}
+	if got := reported(2); !errors.Is(got[1], ErrFullPerPeer) {
+		t.Fatalf("refusals %v, want ErrFullPerPeer second", got)
+	}
+	if c := from("127.0.0.3"); !closedBy(c, harness.Scale(5*time.Second)) { // holds 1, only 127.0.0.2 holds more, and has spoken
+		t.Fatal("a newcomer with nobody to close was not refused")
+	}
+	if got := reported(3); !errors.Is(got[2], ErrFull) || errors.Is(got[2], ErrFullPerPeer) {
+		t.Fatalf("refusals %v, want ErrFull third", got)
+	}
+	for _, c := range []net.Conn{a1, a2, b2} {
+		if closedBy(c, 100*time.Millisecond) {
+			t.Fatal("a handshake that was neither silent nor of a bigger address was closed")
+		}
+	}
+	for _, c := range []net.Conn{a1, a2} {
+		if _, err := c.Write([]byte("lo\n")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-accepted:
+		case <-time.After(harness.Scale(5 * time.Second)):
+			t.Fatal("a spoken handshake did not finish after the newcomers")
+		}
 	}
 }

@@ -139,8 +139,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.IntVar(&c.BufferDepth, "buffer-depth", rpc.DefaultBufferDepth, "prefetched batches kept ready")
 	fs.IntVar(&c.MaxCount, "max-count", rpc.DefaultMaxCount, "largest count one GetIDBatch call may ask for")
 	d := rpc.DefaultBounds
-	fs.IntVar(&c.Bounds.Handshakes, "grpc-max-handshakes", d.Handshakes, "gRPC connections in their TLS handshake at once; a new one past it closes the oldest unfinished one")
-	fs.IntVar(&c.Bounds.HandshakesPerAddress, "grpc-max-handshakes-per-address", d.HandshakesPerAddress, "of them, from one remote address; a new one past it closes that address's oldest")
+	fs.IntVar(&c.Bounds.Handshakes, "grpc-max-handshakes", d.Handshakes, "gRPC connections in their TLS handshake at once; a new one past it closes a silent one of the address holding the most (if more than its own), else it is closed at once")
+	fs.IntVar(&c.Bounds.HandshakesPerAddress, "grpc-max-handshakes-per-address", d.HandshakesPerAddress, "of them, from one remote address; a new one past it closes that address's oldest silent one, else it is closed at once")
 	fs.IntVar(&c.Bounds.ClientConns, "grpc-max-client-conns", d.ClientConns, "gRPC connections of clients and admins (everyone, without TLS) open at once; one past it is refused")
 	fs.IntVar(&c.Bounds.ConnsPerIdentity, "grpc-max-conns-per-identity", d.ConnsPerIdentity, "of them, per certificate identity (role and name; without TLS, per remote address)")
 	fs.IntVar(&c.Bounds.PeerConns, "grpc-max-peer-conns", d.PeerConns, "gRPC connections of the cluster's servers (role server): a room of their own that clients and strangers never fill")

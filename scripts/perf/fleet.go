@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	mrand "math/rand/v2"
 	"net"
 	"os"
@@ -19,6 +18,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/idgen/idgen/rpc/idclient"
 	"github.com/idgen/idgen/rpc/tlsconf"
@@ -161,7 +162,7 @@ func subsetNote(k int) string {
 	if k == 0 {
 		return fmt.Sprintf("every client dials all %d nodes", fleetNodes)
 	}
-	return fmt.Sprintf("every client dials %d of %d nodes (rendezvous-hash stand-in for idclient.WithSubset)", k, fleetNodes)
+	return fmt.Sprintf("every client dials %d of %d nodes (idclient.WithSubset)", k, fleetNodes)
 }
 
 // raiseFileLimit raises this process's open-file soft limit to the hard
@@ -229,60 +230,29 @@ func clientTLS(dir, name string) (*tls.Config, error) {
 	return m.ClientConfig(), nil
 }
 
-// subsetOf is the nodes client i dials: all of addrs for k 0 (or k at least
-// len(addrs)), else the k with the highest rendezvous hash of (i, address).
-//
-// STAND-IN: replace with idclient.WithSubset(k) and
-// idclient.WithSubsetKey(clientName(i)) once they land (branch subset);
-// until then each client gets a fixed list target of these addresses.
-func subsetOf(i, k int, addrs []string) []string {
-	if k == 0 || k >= len(addrs) {
-		return slices.Clone(addrs)
-	}
-	score := func(a string) uint64 {
-		h := fnv.New64a()
-		fmt.Fprintf(h, "%d/%s", i, a)
-		// fnv's low bits mix poorly over short keys: finish with a
-		// splitmix64 step.
-		x := h.Sum64()
-		x ^= x >> 30
-		x *= 0xbf58476d1ce4e5b9
-		x ^= x >> 27
-		x *= 0x94d049bb133111eb
-		return x ^ x>>31
-	}
-	ranked := slices.Clone(addrs)
-	slices.SortFunc(ranked, func(a, b string) int {
-		sa, sb := score(a), score(b)
-		switch {
-		case sa > sb:
-			return -1
-		case sa < sb:
-			return 1
-		}
-		return strings.Compare(a, b)
-	})
-	return ranked[:k]
-}
-
 // clientResult is what one client of the fleet saw.
 type clientResult struct {
 	ids                    []int64
-	start, end             time.Time     // from before Dial to after Close (the caller's)
-	first                  time.Duration // start (before Dial) to its first ID; 0: none
-	firstDraws, firstFails int           // draws until the first ID, and of them failed
-	laterDraws, laterFails int           // draws after it
-	err                    error         // Dial or NewPool failed
+	start, end             time.Time      // from before Dial to after Close (the caller's)
+	first                  time.Duration  // start (before Dial) to its first ID; 0: none
+	firstDraws, firstFails int            // draws until the first ID, and of them failed
+	laterDraws, laterFails int            // draws after it
+	laterCauses            map[string]int // failed draws after the first, by drawCause
+	err                    error          // Dial or NewPool failed
 }
 
 // fleetClient runs client i from its start for d: Dial, NewPool, then one
 // NextID every 100-500 ms.
-func fleetClient(target string, cfg *tls.Config, src net.IP, d time.Duration, rng *mrand.Rand) clientResult {
+// fleetClient is one client of the fleet: target lists every node, and
+// subset (0: all) of them are dialled, picked by idclient.WithSubset from
+// key.
+func fleetClient(target string, subset int, key string, cfg *tls.Config, src net.IP, d time.Duration, rng *mrand.Rand) clientResult {
 	var r clientResult
 	t0 := time.Now()
 	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: src}}
-	client, err := idclient.Dial(target, idclient.WithTLSConfig(cfg), idclient.WithDialOptions(grpc.WithContextDialer(
-		func(ctx context.Context, addr string) (net.Conn, error) { return dialer.DialContext(ctx, "tcp", addr) })))
+	client, err := idclient.Dial(target, idclient.WithTLSConfig(cfg), idclient.WithSubset(subset), idclient.WithSubsetKey(key),
+		idclient.WithDialOptions(grpc.WithContextDialer(
+			func(ctx context.Context, addr string) (net.Conn, error) { return dialer.DialContext(ctx, "tcp", addr) })))
 	if err != nil {
 		r.err = err
 		return r
@@ -310,6 +280,10 @@ func fleetClient(target string, cfg *tls.Config, src net.IP, d time.Duration, rn
 			r.laterDraws++
 			if err != nil {
 				r.laterFails++
+				if r.laterCauses == nil {
+					r.laterCauses = map[string]int{}
+				}
+				r.laterCauses[drawCause(err)]++
 			}
 		}
 		if err == nil {
@@ -321,4 +295,28 @@ func fleetClient(target string, cfg *tls.Config, src net.IP, d time.Duration, rn
 		}
 		time.Sleep(gap)
 	}
+}
+
+// drawCause names why a draw failed, coarsely enough to count: the gRPC
+// status of the Pool's last fetch (code and the start of its message,
+// digits blanked), or that none failed and the deadline passed.
+func drawCause(err error) string {
+	var se interface{ GRPCStatus() *status.Status }
+	st := status.New(codes.Unknown, err.Error())
+	switch {
+	case errors.As(err, &se):
+		st = se.GRPCStatus()
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline, no fetch failed"
+	}
+	msg := []rune(st.Message())
+	for i, r := range msg {
+		if r >= '0' && r <= '9' {
+			msg[i] = '#'
+		}
+	}
+	if len(msg) > 60 {
+		msg = append(msg[:60], '…')
+	}
+	return st.Code().String() + ": " + string(msg)
 }

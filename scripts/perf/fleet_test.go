@@ -1,37 +1,15 @@
 package main
 
 import (
-	"slices"
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
-)
 
-// The subset stand-in gives each client k distinct nodes of the list, the
-// same ones every time, and spreads the clients evenly over the nodes.
-func TestSubsetOfIsDeterministicAndEven(t *testing.T) {
-	addrs := []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}
-	if got := subsetOf(7, 0, addrs); !slices.Equal(got, addrs) {
-		t.Fatalf("subset 0: %v, want every node", got)
-	}
-	per := map[string]int{}
-	const clients = 3000
-	for i := range clients {
-		s := subsetOf(i, 2, addrs)
-		if len(s) != 2 || s[0] == s[1] || !slices.Equal(s, subsetOf(i, 2, addrs)) {
-			t.Fatalf("client %d: %v, want the same 2 distinct nodes every time", i, s)
-		}
-		for _, a := range s {
-			per[a]++
-		}
-	}
-	for _, a := range addrs {
-		// 2,000 each when even; 5% either way is far outside chance.
-		if per[a] < 1900 || per[a] > 2100 {
-			t.Errorf("%s in %d of %d subsets, want about 2000: %v", a, per[a], clients, per)
-		}
-	}
-}
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
 
 // /proc/net/tcp lines name the local port and remote address in hex, the
 // address in host byte order.
@@ -87,5 +65,24 @@ func TestMostAtOnce(t *testing.T) {
 	rs := []clientResult{{start: at(0), end: at(3)}, {start: at(1), end: at(2)}, {start: at(3), end: at(5)}, {start: at(4), end: at(6)}}
 	if got := mostAtOnce(rs); got != 2 {
 		t.Errorf("%d at once, want 2 (one ending as another starts counts once)", got)
+	}
+}
+
+// A failed draw's cause is the status of the Pool's last fetch, digits
+// blanked, or the deadline alone.
+func TestDrawCause(t *testing.T) {
+	fetch := status.Error(codes.Unavailable, "connection error: desc = \"transport: Error while dialing: dial tcp 127.1.0.9:4001\"")
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("idclient: no ID available: %w", context.DeadlineExceeded), "deadline, no fetch failed"},
+		{fmt.Errorf("idclient: no ID available: %w; last fetch failed: %w", context.DeadlineExceeded, fetch),
+			"Unavailable: connection error: desc = \"transport: Error while dialing: di…"},
+		{status.Error(codes.ResourceExhausted, "3 calls"), "ResourceExhausted: # calls"},
+	} {
+		if got := drawCause(c.err); got != c.want {
+			t.Errorf("drawCause(%v) = %q, want %q", c.err, got, c.want)
+		}
 	}
 }

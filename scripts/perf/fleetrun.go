@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"crypto/tls"
 	"fmt"
 	"maps"
@@ -29,6 +30,7 @@ type fleetStats struct {
 	concurrent                      int // the most clients running at once
 	firstDraws, firstFails          int
 	laterDraws, laterFails          int
+	laterCauses                     map[string]int
 	ids, dups                       int
 	first                           []time.Duration // each served client's first-ID latency, sorted
 	conns, goroutines, files        []float64       // peaks per node: gRPC connections of clients and nodes, go_goroutines, process_open_fds
@@ -96,9 +98,8 @@ func (b *bench) fleetRun(prefix string, cfgs []*tls.Config, n int, attack bool) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			target := strings.Join(subsetOf(i, cfg.subset, addrs), ",")
 			start := time.Now()
-			results[i] = fleetClient(target, cfgs[i], clientSource(i, cfg.sources), cfg.duration, mrand.New(mrand.NewPCG(cfg.seed, uint64(i))))
+			results[i] = fleetClient(strings.Join(addrs, ","), cfg.subset, clientName(i), cfgs[i], clientSource(i, cfg.sources), cfg.duration, mrand.New(mrand.NewPCG(cfg.seed, uint64(i))))
 			results[i].start, results[i].end = start, time.Now()
 		}()
 	}
@@ -136,6 +137,12 @@ func (b *bench) fleetRun(prefix string, cfgs []*tls.Config, n int, attack bool) 
 		st.firstFails += r.firstFails
 		st.laterDraws += r.laterDraws
 		st.laterFails += r.laterFails
+		for c, k := range r.laterCauses {
+			if st.laterCauses == nil {
+				st.laterCauses = map[string]int{}
+			}
+			st.laterCauses[c] += k
+		}
 		all = append(all, r.ids...)
 	}
 	st.concurrent = mostAtOnce(results)
@@ -478,6 +485,7 @@ func (b *bench) fleetCompare(what string, v, w *fleetStats, wName string, perCli
 	add("clients running at once (most)", fmt.Sprint(v.concurrent), fmt.Sprint(w.concurrent), "")
 	add("failed draws, first draws", of(v.firstFails, v.firstDraws), of(w.firstFails, w.firstDraws), "goal 0")
 	add("failed draws, after the first", of(v.laterFails, v.laterDraws), of(w.laterFails, w.laterDraws), "goal 0")
+	add("failed draws after the first, by cause (the 3 most common)", causeNote(v.laterCauses), causeNote(w.laterCauses), "")
 	add("duplicate IDs across all clients", fmt.Sprintf("%d of %d IDs", v.dups, v.ids), fmt.Sprintf("%d of %d IDs", w.dups, w.ids), "goal 0")
 	for _, q := range []struct {
 		name string
@@ -505,6 +513,19 @@ func (b *bench) fleetCompare(what string, v, w *fleetStats, wName string, perCli
 		fmt.Sprintf("%.0f%%; %.2f", 100*v.selfCPU, v.machineCPU), fmt.Sprintf("%.0f%%; %.2f", 100*w.selfCPU, w.machineCPU), "")
 	add("refusals by bound (idgen_door_refused_total, 3 nodes)", refusalNote(v.refused), refusalNote(w.refused), "")
 	add("load average (1, 5, 15 min) at the end", v.load, w.load, "")
+}
+
+// causeNote lists the 3 most common causes of failed draws.
+func causeNote(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	causes := slices.SortedFunc(maps.Keys(m), func(a, b string) int { return cmp.Or(m[b]-m[a], strings.Compare(a, b)) })
+	var parts []string
+	for _, c := range causes[:min(3, len(causes))] {
+		parts = append(parts, fmt.Sprintf("%d %s", m[c], c))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func msf(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
