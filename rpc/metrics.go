@@ -72,6 +72,7 @@ type statusCollector struct {
 	layoutLeft     *prometheus.Desc
 	idsIssuedTotal *prometheus.Desc
 	conflict       *prometheus.Desc
+	stopped        *prometheus.Desc
 	clockSkew      *prometheus.Desc
 	slotsFree      *prometheus.Desc
 	standbys       *prometheus.Desc
@@ -90,6 +91,7 @@ func newStatusCollector(b Backend) *statusCollector {
 		layoutLeft:     d("layout_seconds_remaining", "Seconds until the layout's timestamp field runs out."),
 		idsIssuedTotal: d("node_ids_minted_total", "IDs minted by this node's generator since start, as the node reports."),
 		conflict:       d("cluster_conflict", "Other clusters (by cluster ID) this node met through gossip; above 0 two clusters share a network and a name."),
+		stopped:        d("stopped", "1 once the node stopped issuing for good: it met an older cluster, or a copy of its data dir outranks it (the reason is its not-ready reason)."),
 		clockSkew:      d("clock_skew_seconds", "This node's clock minus the leader's, as the node last measured it."),
 		slotsFree:      d("cluster_slots_free", "Slots no member holds, in this node's view of the cluster."),
 		standbys:       d("cluster_standbys", "Live members that hold no slot and wait for one, in this node's view."),
@@ -97,7 +99,7 @@ func newStatusCollector(b Backend) *statusCollector {
 }
 
 func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.ready, c.slot, c.grantedLead, c.raftState, c.layoutLeft, c.idsIssuedTotal, c.conflict, c.clockSkew, c.slotsFree, c.standbys} {
+	for _, d := range []*prometheus.Desc{c.ready, c.slot, c.grantedLead, c.raftState, c.layoutLeft, c.idsIssuedTotal, c.conflict, c.stopped, c.clockSkew, c.slotsFree, c.standbys} {
 		ch <- d
 	}
 }
@@ -110,6 +112,7 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.slot, prometheus.GaugeValue, float64(st.Slot))
 	ch <- prometheus.MustNewConstMetric(c.idsIssuedTotal, prometheus.CounterValue, float64(st.IDsIssued))
 	ch <- prometheus.MustNewConstMetric(c.conflict, prometheus.GaugeValue, float64(len(st.ConflictingClusters)))
+	ch <- prometheus.MustNewConstMetric(c.stopped, prometheus.GaugeValue, boolFloat(st.Stopped != nil && *st.Stopped))
 
 	current := strings.ToLower(st.RaftState)
 	known := false
