@@ -126,6 +126,11 @@ type Status struct {
 	// an older cluster, or a copy of its data dir outranked it). nil from
 	// older nodes, which do not say.
 	Stopped *bool
+	// AppliedCommand and AppliedCommandHash: the last command entry the
+	// node's replica applied (logmatch.go; 0 when none since its start or
+	// last restore, and from older nodes).
+	AppliedCommand     uint64
+	AppliedCommandHash uint64
 }
 
 // CopyTeller is what a Prober may also do: tell the node at grpcAddr that

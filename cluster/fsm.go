@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 
@@ -81,6 +82,10 @@ type fsm struct {
 	// the node stops a generator whose tenure the replica just ended there
 	// (Node.stopIfEnded), whatever its agent is doing.
 	afterApply func()
+	// lastCommand is the last command entry applied since start or the last
+	// restore (Status reports it; reconcile compares it with the leader's
+	// log, logmatch.go).
+	lastCommand atomic.Pointer[appliedEntry]
 }
 
 func newFSM() *fsm {
@@ -112,6 +117,7 @@ func (f *fsm) Apply(l *raft.Log) interface{} {
 		panic(fmt.Sprintf("idgen fsm: unknown command type %d at index %d: upgrade this node", l.Data[0], l.Index))
 	}
 	res := f.applyLocked(l)
+	f.lastCommand.Store(&appliedEntry{index: l.Index, hash: entryHash(l)})
 	f.notify()
 	if f.afterApply != nil {
 		f.afterApply()
@@ -408,6 +414,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 // Restore implements raft.FSM: it replaces the whole state.
 func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
+	f.lastCommand.Store(nil)
 	s := newState()
 	if err := json.NewDecoder(rc).Decode(s); err != nil {
 		return fmt.Errorf("restore snapshot: %w", err)

@@ -281,7 +281,8 @@ func (n *Node) reconcile() {
 	}
 	v := &memberView{
 		Self: n.id, SelfRaftAddr: n.cfg.RaftAdvertise, SelfSpeaksAs: string(n.rs.transport.LocalAddr()), Own: n.ownCluster(),
-		Servers: cf.Configuration().Servers, Members: n.gossip.snapshot(), Addable: map[string]bool{},
+		LogHolds: n.logHolds,
+		Servers:  cf.Configuration().Servers, Members: n.gossip.snapshot(), Addable: map[string]bool{},
 		StateAddr: map[string]string{}, LeaderApplied: n.rs.raft.AppliedIndex(),
 		Now: time.Now(), ReapAfter: n.cfg.ReapAfter,
 	}

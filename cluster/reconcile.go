@@ -27,6 +27,9 @@ type memberView struct {
 	// advertises now, Own its cluster. SelfSpeaksAs is the address its Raft
 	// RPCs name (resolved), which its followers report as their leader's.
 	Self, SelfRaftAddr, SelfSpeaksAs, Own string
+	// LogHolds says whether this leader's log holds the entry a member
+	// reports as its last applied command (logmatch.go); nil: not checked.
+	LogHolds func(index, hash uint64) error
 	// Servers is Raft's configuration.
 	Servers []raft.Server
 	// Members is gossip's view, by node ID; Addable says of each whether
@@ -342,17 +345,20 @@ func (ls *leaderState) sweepActions(v *memberView, gone map[string]bool, answers
 	return out
 }
 
-// followsNoOther: a member that follows another Raft leader is in another
-// Raft group (two logs with one cluster ID: a copy of a lone seed's data
-// dir leads its own), and is never added or promoted: the two logs must
-// never exchange entries. The other leader is told apart by the address it
-// speaks from, since a copy has this leader's very ID. A member that knows
-// no leader (a fresh node) or this one passes.
+// followsNoOther: a member that follows another Raft leader, or whose last
+// applied entry this leader's log does not hold, is of another log with this
+// cluster's ID (a copy of a lone seed's data dir leads its own), and is
+// never added, promoted or moved: the two logs must never exchange entries
+// (logmatch.go). The other leader is told apart by the address it speaks
+// from, since a copy has this leader's very ID.
 func (v *memberView) followsNoOther(st Status) error {
-	if st.LeaderID == "" || st.LeaderID == v.Self && (v.SelfSpeaksAs == "" || st.LeaderAddr == v.SelfSpeaksAs) {
-		return nil
+	if st.LeaderID != "" && (st.LeaderID != v.Self || v.SelfSpeaksAs != "" && st.LeaderAddr != v.SelfSpeaksAs) {
+		return fmt.Errorf("%w (its leader is %s at %s)", errProbeOtherLeader, st.LeaderID, st.LeaderAddr)
 	}
-	return fmt.Errorf("%w (its leader is %s at %s)", errProbeOtherLeader, st.LeaderID, st.LeaderAddr)
+	if v.LogHolds != nil {
+		return v.LogHolds(st.AppliedCommand, st.AppliedCommandHash)
+	}
+	return nil
 }
 
 // join decides on an alive member not in Raft: add it as a non-voter once it

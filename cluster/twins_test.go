@@ -506,14 +506,47 @@ func TestOriginalThatStartedLaterLeavesRaft(t *testing.T) {
 	if servers := twin.rs.raft.GetConfiguration().Configuration().Servers; len(servers) != 1 {
 		t.Fatalf("the copy took members of the other log: %+v", servers)
 	}
+
+	// The copy loses its leader (as a copy does mid-election, or once it
+	// has taken a member that refuses it), and the operator removes the
+	// original's dead ID. Gossip still shows that ID alive at the copy's
+	// address, and the copy no longer names another leader; but its last
+	// applied entry is not in this log, so it is never added back.
+	if err := twin.rs.raft.Shutdown().Error(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, _, err := leader.Remove(ctx, twin.ID()); err != nil {
+		t.Fatalf("remove the original's ID: %v", err)
+	}
+	harness.WaitFor(t, 60*time.Second, "the leader's gossip to show the original's ID alive at the copy's address", func() bool {
+		m, ok := leader.gossip.snapshot()[twin.ID()]
+		return ok && m.State == MemberAlive && m.Meta.GRPCAddr == twin.cfg.GRPCAddr
+	})
+	sweeps = leader.sweeps.Load()
+	harness.WaitFor(t, 30*time.Second, "ten sweeps of the leader after the removal", func() bool {
+		return leader.sweeps.Load() >= sweeps+10
+	})
+	for _, srv := range leader.rs.raft.GetConfiguration().Configuration().Servers {
+		if string(srv.ID) == twin.ID() {
+			t.Fatalf("the leader took the copy back into its log as %+v", srv)
+		}
+	}
 }
 
 // TestLeaderAddsNoMemberOfAnotherRaftGroup: a member that follows another
 // Raft leader is never added or promoted, even when that leader has this
 // leader's own ID (a copy of a lone seed leads its own log): told apart by
-// the address it speaks from. Fresh nodes and this leader's followers pass.
+// the address it speaks from; nor one whose last applied entry this
+// leader's log does not hold. Fresh nodes and this leader's followers pass.
 func TestLeaderAddsNoMemberOfAnotherRaftGroup(t *testing.T) {
-	v := &memberView{Self: "me", SelfSpeaksAs: "127.0.0.1:7000"}
+	v := &memberView{Self: "me", SelfSpeaksAs: "127.0.0.1:7000", LogHolds: func(index, hash uint64) error {
+		if index == 0 || index == 5 && hash == 55 {
+			return nil
+		}
+		return errProbeForked
+	}}
 	for _, c := range []struct {
 		leader, addr string
 		ok           bool
@@ -526,6 +559,17 @@ func TestLeaderAddsNoMemberOfAnotherRaftGroup(t *testing.T) {
 		err := v.followsNoOther(Status{LeaderID: c.leader, LeaderAddr: c.addr})
 		if (err == nil) != c.ok || err != nil && !errors.Is(err, errProbeOtherLeader) {
 			t.Errorf("a member following %q at %q: %v, want accepted %v", c.leader, c.addr, err, c.ok)
+		}
+	}
+	// With no leader to tell it by, the member's last applied entry must
+	// be one this leader's log holds.
+	for _, c := range []struct {
+		index, hash uint64
+		ok          bool
+	}{{0, 0, true}, {5, 55, true}, {5, 56, false}, {9, 1, false}} {
+		err := v.followsNoOther(Status{AppliedCommand: c.index, AppliedCommandHash: c.hash})
+		if (err == nil) != c.ok || err != nil && !errors.Is(err, errProbeForked) {
+			t.Errorf("a leaderless member whose last entry is %d/%d: %v, want accepted %v", c.index, c.hash, err, c.ok)
 		}
 	}
 }

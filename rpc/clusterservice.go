@@ -126,6 +126,8 @@ func statusToProto(st cluster.Status) *idgenv1.StatusResponse {
 		ClockUnixNano:          st.Clock,
 		ProcessStartedUnixNano: st.Started,
 		Stopped:                st.Stopped,
+		AppliedCommandIndex:    st.AppliedCommand,
+		AppliedCommandHash:     st.AppliedCommandHash,
 		ConfiguredLayout:       layoutText(st.ConfiguredLayout),
 		Datacenter:             datacenterOf(st.Datacenter),
 		GrantedWindows:         windowsOf(st.GrantedWindows),

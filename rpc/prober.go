@@ -105,6 +105,10 @@ func (p *PeerProber) Probe(ctx context.Context, grpcAddr string) (cluster.Status
 		Clock:           st.GetClockUnixNano(),
 		Started:         st.GetProcessStartedUnixNano(),
 		Stopped:         st.Stopped,
+		// The last applied command entry: a leader takes a member only if
+		// its own log holds the same entry (cluster/logmatch.go).
+		AppliedCommand:     st.GetAppliedCommandIndex(),
+		AppliedCommandHash: st.GetAppliedCommandHash(),
 	}
 	// The cluster's layout: another cluster's windows are compared with this
 	// one's only in one layout (cluster/foreign.go). Empty while the node

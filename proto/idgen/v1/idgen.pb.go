@@ -520,9 +520,18 @@ type StatusResponse struct {
 	// cluster or with a copy of its data dir; reason says which). A leader
 	// that fences the windows of a stopped process fences them for the last
 	// time. Always set from nodes that know the field; unset from older ones.
-	Stopped       *bool `protobuf:"varint,31,opt,name=stopped,proto3,oneof" json:"stopped,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Stopped *bool `protobuf:"varint,31,opt,name=stopped,proto3,oneof" json:"stopped,omitempty"`
+	// The last command entry this node's replica applied: its log index and
+	// a hash of the entry (index, term and bytes; SHA-256, first 8 bytes as a
+	// big-endian integer). A leader adds, promotes or moves a member only if
+	// its own log holds the same entry at that index: two logs with one
+	// cluster ID (a copy of a data dir leads its own) never exchange members.
+	// 0 from older nodes and before the first command since the last
+	// snapshot restore, which are not compared.
+	AppliedCommandIndex uint64 `protobuf:"varint,32,opt,name=applied_command_index,json=appliedCommandIndex,proto3" json:"applied_command_index,omitempty"`
+	AppliedCommandHash  uint64 `protobuf:"fixed64,33,opt,name=applied_command_hash,json=appliedCommandHash,proto3" json:"applied_command_hash,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -770,6 +779,20 @@ func (x *StatusResponse) GetStopped() bool {
 		return *x.Stopped
 	}
 	return false
+}
+
+func (x *StatusResponse) GetAppliedCommandIndex() uint64 {
+	if x != nil {
+		return x.AppliedCommandIndex
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetAppliedCommandHash() uint64 {
+	if x != nil {
+		return x.AppliedCommandHash
+	}
+	return 0
 }
 
 type SlotWindow struct {
@@ -1472,7 +1495,7 @@ const file_idgen_v1_idgen_proto_rawDesc = "" +
 	"\amembers\x18\x01 \x03(\v2\x10.idgen.v1.MemberR\amembers\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\"5\n" +
 	"\rStatusRequest\x12$\n" +
-	"\x0ecopy_grpc_addr\x18\x01 \x01(\tR\fcopyGrpcAddr\"\xc8\b\n" +
+	"\x0ecopy_grpc_addr\x18\x01 \x01(\tR\fcopyGrpcAddr\"\xae\t\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1512,7 +1535,9 @@ const file_idgen_v1_idgen_proto_rawDesc = "" +
 	"datacenter\x88\x01\x01\x12=\n" +
 	"\x0fgranted_windows\x18\x1d \x03(\v2\x14.idgen.v1.SlotWindowR\x0egrantedWindows\x129\n" +
 	"\x19process_started_unix_nano\x18\x1e \x01(\x03R\x16processStartedUnixNano\x12\x1d\n" +
-	"\astopped\x18\x1f \x01(\bH\x01R\astopped\x88\x01\x01B\r\n" +
+	"\astopped\x18\x1f \x01(\bH\x01R\astopped\x88\x01\x01\x122\n" +
+	"\x15applied_command_index\x18  \x01(\x04R\x13appliedCommandIndex\x120\n" +
+	"\x14applied_command_hash\x18! \x01(\x06R\x12appliedCommandHashB\r\n" +
 	"\v_datacenterB\n" +
 	"\n" +
 	"\b_stopped\":\n" +

@@ -13,7 +13,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14idgen/v1/idgen.proto\x12\x08idgen.v1\"\"\n\x11GetIDBatchRequest\x12\r\n\x05\x63ount\x18\x01 \x01(\r\"b\n\x12GetIDBatchResponse\x12\x0f\n\x03ids\x18\x01 \x03(\x03\x42\x02\x10\x01\x12\x0c\n\x04slot\x18\x02 \x01(\r\x12\x0c\n\x04node\x18\x03 \x01(\t\x12\x0f\n\x07node_id\x18\x04 \x01(\t\x12\x0e\n\x06layout\x18\x05 \x01(\t\"\x10\n\x0eMembersRequest\"\xa6\x02\n\x06Member\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\tgrpc_addr\x18\x03 \x01(\t\x12\x11\n\traft_addr\x18\x04 \x01(\t\x12\x13\n\x0bgossip_addr\x18\x05 \x01(\t\x12\x11\n\thttp_addr\x18\x06 \x01(\t\x12\x0c\n\x04slot\x18\x07 \x01(\x05\x12\x11\n\traft_role\x18\x08 \x01(\t\x12\x14\n\x0cgossip_state\x18\t \x01(\t\x12\x17\n\x0fgranted_lead_ms\x18\n \x01(\x03\x12\x15\n\rclock_skew_ms\x18\x0b \x01(\x03\x12\x0f\n\x07version\x18\x0c \x01(\t\x12\x10\n\x08revision\x18\r \x01(\t\x12\x14\n\x0cprotocol_min\x18\x0e \x01(\r\x12\x14\n\x0cprotocol_max\x18\x0f \x01(\r\"G\n\x0fMembersResponse\x12!\n\x07members\x18\x01 \x03(\x0b\x32\x10.idgen.v1.Member\x12\x11\n\tleader_id\x18\x02 \x01(\t\"\'\n\rStatusRequest\x12\x16\n\x0e\x63opy_grpc_addr\x18\x01 \x01(\t\"\xd2\x05\n\x0eStatusResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04slot\x18\x03 \x01(\x05\x12\r\n\x05ready\x18\x04 \x01(\x08\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x12\n\nraft_state\x18\x06 \x01(\t\x12\x11\n\tleader_id\x18\x07 \x01(\t\x12\x13\n\x0bleader_addr\x18\x08 \x01(\t\x12\x0f\n\x07granted\x18\t \x01(\x03\x12\x0e\n\x06\x63ursor\x18\n \x01(\x03\x12\r\n\x05\x66loor\x18\x0b \x01(\x03\x12\x12\n\nids_issued\x18\x0c \x01(\x04\x12\x0e\n\x06layout\x18\r \x01(\t\x12\x1a\n\x12raft_applied_index\x18\x0e \x01(\x04\x12\x17\n\x0fraft_last_index\x18\x0f \x01(\x04\x12\x12\n\ncluster_id\x18\x10 \x01(\t\x12\x1c\n\x14\x63onflicting_clusters\x18\x11 \x03(\t\x12\x0f\n\x07version\x18\x12 \x01(\t\x12\x10\n\x08revision\x18\x13 \x01(\t\x12\x12\n\ngo_version\x18\x14 \x01(\t\x12\x18\n\x10last_window_slot\x18\x15 \x01(\x05\x12\x1b\n\x13last_window_granted\x18\x16 \x01(\x03\x12\x14\n\x0cprotocol_min\x18\x17 \x01(\r\x12\x14\n\x0cprotocol_max\x18\x18 \x01(\r\x12\x18\n\x10\x63luster_protocol\x18\x19 \x01(\r\x12\x17\n\x0f\x63lock_unix_nano\x18\x1a \x01(\x03\x12\x19\n\x11\x63onfigured_layout\x18\x1b \x01(\t\x12\x17\n\ndatacenter\x18\x1c \x01(\x05H\x00\x88\x01\x01\x12-\n\x0fgranted_windows\x18\x1d \x03(\x0b\x32\x14.idgen.v1.SlotWindow\x12!\n\x19process_started_unix_nano\x18\x1e \x01(\x03\x12\x14\n\x07stopped\x18\x1f \x01(\x08H\x01\x88\x01\x01\x42\r\n\x0b_datacenterB\n\n\x08_stopped\"+\n\nSlotWindow\x12\x0c\n\x04slot\x18\x01 \x01(\r\x12\x0f\n\x07granted\x18\x02 \x01(\x03\"\x1c\n\x0bJoinRequest\x12\r\n\x05\x61\x64\x64rs\x18\x01 \x03(\t\"!\n\x0cJoinResponse\x12\x11\n\tcontacted\x18\x01 \x01(\x05\"\x0e\n\x0cLeaveRequest\"\x0f\n\rLeaveResponse\"\x1d\n\rRemoveRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\"0\n\x0eRemoveResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\nfreed_slot\x18\x02 \x01(\x05\"\x10\n\x0eHistoryRequest\"v\n\x06Tenure\x12\x0c\n\x04slot\x18\x01 \x01(\r\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\r\n\x05\x66loor\x18\x03 \x01(\x03\x12\x0f\n\x07granted\x18\x04 \x01(\x03\x12\x15\n\rclaimed_index\x18\x05 \x01(\x04\x12\x16\n\x0ereleased_index\x18\x06 \x01(\x04\"D\n\x0fHistoryResponse\x12!\n\x07tenures\x18\x01 \x03(\x0b\x32\x10.idgen.v1.Tenure\x12\x0e\n\x06layout\x18\x02 \x01(\t\"\'\n\x0c\x46\x61ultRequest\x12\x17\n\x0f\x63lock_offset_ms\x18\x01 \x01(\x03\"(\n\rFaultResponse\x12\x17\n\x0f\x63lock_offset_ms\x18\x01 \x01(\x03\"\x1f\n\x0c\x41pplyRequest\x12\x0f\n\x07\x63ommand\x18\x01 \x01(\x0c\"\x1f\n\rApplyResponse\x12\x0e\n\x06result\x18\x01 \x01(\x0c\x32T\n\tIDService\x12G\n\nGetIDBatch\x12\x1b.idgen.v1.GetIDBatchRequest\x1a\x1c.idgen.v1.GetIDBatchResponse2\xb5\x03\n\x0e\x43lusterService\x12>\n\x07Members\x12\x18.idgen.v1.MembersRequest\x1a\x19.idgen.v1.MembersResponse\x12;\n\x06Status\x12\x17.idgen.v1.StatusRequest\x1a\x18.idgen.v1.StatusResponse\x12\x35\n\x04Join\x12\x15.idgen.v1.JoinRequest\x1a\x16.idgen.v1.JoinResponse\x12\x38\n\x05Leave\x12\x16.idgen.v1.LeaveRequest\x1a\x17.idgen.v1.LeaveResponse\x12;\n\x06Remove\x12\x17.idgen.v1.RemoveRequest\x1a\x18.idgen.v1.RemoveResponse\x12>\n\x07History\x12\x18.idgen.v1.HistoryRequest\x1a\x19.idgen.v1.HistoryResponse\x12\x38\n\x05\x46\x61ult\x12\x16.idgen.v1.FaultRequest\x1a\x17.idgen.v1.FaultResponse2G\n\x0bPeerService\x12\x38\n\x05\x41pply\x12\x16.idgen.v1.ApplyRequest\x1a\x17.idgen.v1.ApplyResponseB/Z-github.com/idgen/idgen/proto/idgen/v1;idgenv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14idgen/v1/idgen.proto\x12\x08idgen.v1\"\"\n\x11GetIDBatchRequest\x12\r\n\x05\x63ount\x18\x01 \x01(\r\"b\n\x12GetIDBatchResponse\x12\x0f\n\x03ids\x18\x01 \x03(\x03\x42\x02\x10\x01\x12\x0c\n\x04slot\x18\x02 \x01(\r\x12\x0c\n\x04node\x18\x03 \x01(\t\x12\x0f\n\x07node_id\x18\x04 \x01(\t\x12\x0e\n\x06layout\x18\x05 \x01(\t\"\x10\n\x0eMembersRequest\"\xa6\x02\n\x06Member\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\tgrpc_addr\x18\x03 \x01(\t\x12\x11\n\traft_addr\x18\x04 \x01(\t\x12\x13\n\x0bgossip_addr\x18\x05 \x01(\t\x12\x11\n\thttp_addr\x18\x06 \x01(\t\x12\x0c\n\x04slot\x18\x07 \x01(\x05\x12\x11\n\traft_role\x18\x08 \x01(\t\x12\x14\n\x0cgossip_state\x18\t \x01(\t\x12\x17\n\x0fgranted_lead_ms\x18\n \x01(\x03\x12\x15\n\rclock_skew_ms\x18\x0b \x01(\x03\x12\x0f\n\x07version\x18\x0c \x01(\t\x12\x10\n\x08revision\x18\r \x01(\t\x12\x14\n\x0cprotocol_min\x18\x0e \x01(\r\x12\x14\n\x0cprotocol_max\x18\x0f \x01(\r\"G\n\x0fMembersResponse\x12!\n\x07members\x18\x01 \x03(\x0b\x32\x10.idgen.v1.Member\x12\x11\n\tleader_id\x18\x02 \x01(\t\"\'\n\rStatusRequest\x12\x16\n\x0e\x63opy_grpc_addr\x18\x01 \x01(\t\"\x8f\x06\n\x0eStatusResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04slot\x18\x03 \x01(\x05\x12\r\n\x05ready\x18\x04 \x01(\x08\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x12\n\nraft_state\x18\x06 \x01(\t\x12\x11\n\tleader_id\x18\x07 \x01(\t\x12\x13\n\x0bleader_addr\x18\x08 \x01(\t\x12\x0f\n\x07granted\x18\t \x01(\x03\x12\x0e\n\x06\x63ursor\x18\n \x01(\x03\x12\r\n\x05\x66loor\x18\x0b \x01(\x03\x12\x12\n\nids_issued\x18\x0c \x01(\x04\x12\x0e\n\x06layout\x18\r \x01(\t\x12\x1a\n\x12raft_applied_index\x18\x0e \x01(\x04\x12\x17\n\x0fraft_last_index\x18\x0f \x01(\x04\x12\x12\n\ncluster_id\x18\x10 \x01(\t\x12\x1c\n\x14\x63onflicting_clusters\x18\x11 \x03(\t\x12\x0f\n\x07version\x18\x12 \x01(\t\x12\x10\n\x08revision\x18\x13 \x01(\t\x12\x12\n\ngo_version\x18\x14 \x01(\t\x12\x18\n\x10last_window_slot\x18\x15 \x01(\x05\x12\x1b\n\x13last_window_granted\x18\x16 \x01(\x03\x12\x14\n\x0cprotocol_min\x18\x17 \x01(\r\x12\x14\n\x0cprotocol_max\x18\x18 \x01(\r\x12\x18\n\x10\x63luster_protocol\x18\x19 \x01(\r\x12\x17\n\x0f\x63lock_unix_nano\x18\x1a \x01(\x03\x12\x19\n\x11\x63onfigured_layout\x18\x1b \x01(\t\x12\x17\n\ndatacenter\x18\x1c \x01(\x05H\x00\x88\x01\x01\x12-\n\x0fgranted_windows\x18\x1d \x03(\x0b\x32\x14.idgen.v1.SlotWindow\x12!\n\x19process_started_unix_nano\x18\x1e \x01(\x03\x12\x14\n\x07stopped\x18\x1f \x01(\x08H\x01\x88\x01\x01\x12\x1d\n\x15\x61pplied_command_index\x18  \x01(\x04\x12\x1c\n\x14\x61pplied_command_hash\x18! \x01(\x06\x42\r\n\x0b_datacenterB\n\n\x08_stopped\"+\n\nSlotWindow\x12\x0c\n\x04slot\x18\x01 \x01(\r\x12\x0f\n\x07granted\x18\x02 \x01(\x03\"\x1c\n\x0bJoinRequest\x12\r\n\x05\x61\x64\x64rs\x18\x01 \x03(\t\"!\n\x0cJoinResponse\x12\x11\n\tcontacted\x18\x01 \x01(\x05\"\x0e\n\x0cLeaveRequest\"\x0f\n\rLeaveResponse\"\x1d\n\rRemoveRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\"0\n\x0eRemoveResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\nfreed_slot\x18\x02 \x01(\x05\"\x10\n\x0eHistoryRequest\"v\n\x06Tenure\x12\x0c\n\x04slot\x18\x01 \x01(\r\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\r\n\x05\x66loor\x18\x03 \x01(\x03\x12\x0f\n\x07granted\x18\x04 \x01(\x03\x12\x15\n\rclaimed_index\x18\x05 \x01(\x04\x12\x16\n\x0ereleased_index\x18\x06 \x01(\x04\"D\n\x0fHistoryResponse\x12!\n\x07tenures\x18\x01 \x03(\x0b\x32\x10.idgen.v1.Tenure\x12\x0e\n\x06layout\x18\x02 \x01(\t\"\'\n\x0c\x46\x61ultRequest\x12\x17\n\x0f\x63lock_offset_ms\x18\x01 \x01(\x03\"(\n\rFaultResponse\x12\x17\n\x0f\x63lock_offset_ms\x18\x01 \x01(\x03\"\x1f\n\x0c\x41pplyRequest\x12\x0f\n\x07\x63ommand\x18\x01 \x01(\x0c\"\x1f\n\rApplyResponse\x12\x0e\n\x06result\x18\x01 \x01(\x0c\x32T\n\tIDService\x12G\n\nGetIDBatch\x12\x1b.idgen.v1.GetIDBatchRequest\x1a\x1c.idgen.v1.GetIDBatchResponse2\xb5\x03\n\x0e\x43lusterService\x12>\n\x07Members\x12\x18.idgen.v1.MembersRequest\x1a\x19.idgen.v1.MembersResponse\x12;\n\x06Status\x12\x17.idgen.v1.StatusRequest\x1a\x18.idgen.v1.StatusResponse\x12\x35\n\x04Join\x12\x15.idgen.v1.JoinRequest\x1a\x16.idgen.v1.JoinResponse\x12\x38\n\x05Leave\x12\x16.idgen.v1.LeaveRequest\x1a\x17.idgen.v1.LeaveResponse\x12;\n\x06Remove\x12\x17.idgen.v1.RemoveRequest\x1a\x18.idgen.v1.RemoveResponse\x12>\n\x07History\x12\x18.idgen.v1.HistoryRequest\x1a\x19.idgen.v1.HistoryResponse\x12\x38\n\x05\x46\x61ult\x12\x16.idgen.v1.FaultRequest\x1a\x17.idgen.v1.FaultResponse2G\n\x0bPeerService\x12\x38\n\x05\x41pply\x12\x16.idgen.v1.ApplyRequest\x1a\x17.idgen.v1.ApplyResponseB/Z-github.com/idgen/idgen/proto/idgen/v1;idgenv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'idgen.v1.idgen_pb2', globals())
@@ -36,39 +36,39 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _STATUSREQUEST._serialized_start=558
   _STATUSREQUEST._serialized_end=597
   _STATUSRESPONSE._serialized_start=600
-  _STATUSRESPONSE._serialized_end=1322
-  _SLOTWINDOW._serialized_start=1324
-  _SLOTWINDOW._serialized_end=1367
-  _JOINREQUEST._serialized_start=1369
-  _JOINREQUEST._serialized_end=1397
-  _JOINRESPONSE._serialized_start=1399
-  _JOINRESPONSE._serialized_end=1432
-  _LEAVEREQUEST._serialized_start=1434
-  _LEAVEREQUEST._serialized_end=1448
-  _LEAVERESPONSE._serialized_start=1450
-  _LEAVERESPONSE._serialized_end=1465
-  _REMOVEREQUEST._serialized_start=1467
-  _REMOVEREQUEST._serialized_end=1496
-  _REMOVERESPONSE._serialized_start=1498
-  _REMOVERESPONSE._serialized_end=1546
-  _HISTORYREQUEST._serialized_start=1548
-  _HISTORYREQUEST._serialized_end=1564
-  _TENURE._serialized_start=1566
-  _TENURE._serialized_end=1684
-  _HISTORYRESPONSE._serialized_start=1686
-  _HISTORYRESPONSE._serialized_end=1754
-  _FAULTREQUEST._serialized_start=1756
-  _FAULTREQUEST._serialized_end=1795
-  _FAULTRESPONSE._serialized_start=1797
-  _FAULTRESPONSE._serialized_end=1837
-  _APPLYREQUEST._serialized_start=1839
-  _APPLYREQUEST._serialized_end=1870
-  _APPLYRESPONSE._serialized_start=1872
-  _APPLYRESPONSE._serialized_end=1903
-  _IDSERVICE._serialized_start=1905
-  _IDSERVICE._serialized_end=1989
-  _CLUSTERSERVICE._serialized_start=1992
-  _CLUSTERSERVICE._serialized_end=2429
-  _PEERSERVICE._serialized_start=2431
-  _PEERSERVICE._serialized_end=2502
+  _STATUSRESPONSE._serialized_end=1383
+  _SLOTWINDOW._serialized_start=1385
+  _SLOTWINDOW._serialized_end=1428
+  _JOINREQUEST._serialized_start=1430
+  _JOINREQUEST._serialized_end=1458
+  _JOINRESPONSE._serialized_start=1460
+  _JOINRESPONSE._serialized_end=1493
+  _LEAVEREQUEST._serialized_start=1495
+  _LEAVEREQUEST._serialized_end=1509
+  _LEAVERESPONSE._serialized_start=1511
+  _LEAVERESPONSE._serialized_end=1526
+  _REMOVEREQUEST._serialized_start=1528
+  _REMOVEREQUEST._serialized_end=1557
+  _REMOVERESPONSE._serialized_start=1559
+  _REMOVERESPONSE._serialized_end=1607
+  _HISTORYREQUEST._serialized_start=1609
+  _HISTORYREQUEST._serialized_end=1625
+  _TENURE._serialized_start=1627
+  _TENURE._serialized_end=1745
+  _HISTORYRESPONSE._serialized_start=1747
+  _HISTORYRESPONSE._serialized_end=1815
+  _FAULTREQUEST._serialized_start=1817
+  _FAULTREQUEST._serialized_end=1856
+  _FAULTRESPONSE._serialized_start=1858
+  _FAULTRESPONSE._serialized_end=1898
+  _APPLYREQUEST._serialized_start=1900
+  _APPLYREQUEST._serialized_end=1931
+  _APPLYRESPONSE._serialized_start=1933
+  _APPLYRESPONSE._serialized_end=1964
+  _IDSERVICE._serialized_start=1966
+  _IDSERVICE._serialized_end=2050
+  _CLUSTERSERVICE._serialized_start=2053
+  _CLUSTERSERVICE._serialized_end=2490
+  _PEERSERVICE._serialized_start=2492
+  _PEERSERVICE._serialized_end=2563
 # @@protoc_insertion_point(module_scope)
