@@ -131,6 +131,10 @@ type Status struct {
 	// last restore, and from older nodes).
 	AppliedCommand     uint64
 	AppliedCommandHash uint64
+	// Voters is how many voters the node's Raft configuration has (the rpc
+	// layer counts them from the node's Members answer). Of two copies of
+	// one data dir, the one in the larger Raft group keeps serving.
+	Voters int
 }
 
 // CopyTeller is what a Prober may also do: tell the node at grpcAddr that

@@ -177,7 +177,12 @@ func (n *Node) contested(d leaderOut) error {
 		id, slot = "", d.Cmd.Slot
 	}
 	now := time.Now()
-	if p, ok := n.copies.contests(id, slot, now); ok {
+	fenced := func(slot int, upTo int64) bool {
+		ok := true
+		n.fsm.view(func(s *state) { ok = slot >= len(s.Slots) || s.Slots[slot].HighWater >= upTo })
+		return ok
+	}
+	if p, ok := n.copies.contests(id, slot, now, fenced); ok {
 		return fmt.Errorf("%w: a copy of node %s's data dir still issues slot %d at %s; the slot waits until it stops and its "+
 			"windows are fenced", ErrNotReady, p.id, p.slot, p.addr)
 	}

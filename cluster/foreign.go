@@ -56,6 +56,8 @@ type foreignProof struct {
 	// address it answered at.
 	started int64
 	addr    string
+	// voters: how many voters its Raft configuration has (0: unknown).
+	voters int
 }
 
 // freshFor is how long p is not asked again. A process that still serves,

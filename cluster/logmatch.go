@@ -63,3 +63,43 @@ func (n *Node) logHolds(index, hash uint64) error {
 	}
 	return nil
 }
+
+// lastCommand is the last command entry this replica applied. Right after
+// a start or a snapshot restore none has been applied yet, so it is read
+// back from the log store: the newest command entry at or below the applied
+// index among the last lookBack entries (Raft keeps trailing entries past a
+// snapshot). nil when there is none to read.
+func (n *Node) lastCommand() *appliedEntry {
+	if e := n.fsm.lastCommand.Load(); e != nil {
+		return e
+	}
+	const lookBack = 64
+	applied := n.rs.raft.AppliedIndex()
+	first, err := n.rs.boltStore.FirstIndex()
+	if err != nil || first == 0 {
+		return nil
+	}
+	for i := applied; i >= first && i > 0 && applied-i < lookBack; i-- {
+		var l raft.Log
+		if n.rs.boltStore.GetLog(i, &l) != nil {
+			return nil
+		}
+		if l.Type == raft.LogCommand {
+			e := &appliedEntry{index: l.Index, hash: entryHash(&l)}
+			n.fsm.lastCommand.CompareAndSwap(nil, e)
+			return e
+		}
+	}
+	return nil
+}
+
+// voters counts the voters of this node's Raft configuration.
+func (n *Node) voters() int {
+	c := 0
+	for _, s := range n.rs.raft.GetConfiguration().Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			c++
+		}
+	}
+	return c
+}

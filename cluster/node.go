@@ -633,9 +633,10 @@ func (n *Node) Status() Status {
 	st.Started = n.started
 	stopped := n.conflict.Load() != nil
 	st.Stopped = &stopped
-	if e := n.fsm.lastCommand.Load(); e != nil {
+	if e := n.lastCommand(); e != nil {
 		st.AppliedCommand, st.AppliedCommandHash = e.index, e.hash
 	}
+	st.Voters = n.voters()
 	st.RaftAddr, st.Leaving = n.cfg.RaftAdvertise, n.leaving.Load()
 	st.Protocols = n.cfg.protocols
 	_, st.ClusterProtocol, _ = n.clusterProtocol()

@@ -44,6 +44,7 @@ var (
 	errProbeCluster     = errors.New("it does not belong to this cluster")
 	errProbeBehind      = errors.New("it has not caught up with this cluster's log")
 	errProbeOtherLeader = errors.New("it follows another raft leader")
+	errProbeStopped     = errors.New("it stopped issuing for good (its not-ready reason says why)")
 	errProbeNoClaim     = errors.New("it could never claim a slot under this cluster's layout")
 )
 

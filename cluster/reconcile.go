@@ -352,6 +352,9 @@ func (ls *leaderState) sweepActions(v *memberView, gone map[string]bool, answers
 // (logmatch.go). The other leader is told apart by the address it speaks
 // from, since a copy has this leader's very ID.
 func (v *memberView) followsNoOther(st Status) error {
+	if st.Stopped != nil && *st.Stopped {
+		return errProbeStopped // a copy that stopped for good takes no part
+	}
 	if st.LeaderID != "" && (st.LeaderID != v.Self || v.SelfSpeaksAs != "" && st.LeaderAddr != v.SelfSpeaksAs) {
 		return fmt.Errorf("%w (its leader is %s at %s)", errProbeOtherLeader, st.LeaderID, st.LeaderAddr)
 	}

@@ -133,26 +133,46 @@ func (b *twinBook) copies() []foreignProof {
 	return out
 }
 
-// contests reports whether a proven copy that still serves closes the
-// claims of node id or the reserves of slot to this cluster's leader
-// (contestedBy: its windows grow past any fence until it stops).
-func (b *twinBook) contests(id string, slot int, now time.Time) (foreignProof, bool) {
+// contests reports whether a proven copy closes the claims of node id or
+// the reserves of slot to this cluster's leader: while it still serves
+// (contestedBy: its windows grow past any fence until it stops), and after
+// it stopped until its windows on the slot are fenced (fenced reports
+// whether the slot's highWater reaches upTo), within copyContestMax.
+func (b *twinBook) contests(id string, slot int, now time.Time, fenced func(slot int, upTo int64) bool) (foreignProof, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return contestedBy(b.proofs, b.first, id, slot, now)
+	if p, ok := contestedBy(b.proofs, b.first, id, slot, now); ok {
+		return p, true
+	}
+	for k, p := range b.proofs {
+		if now.Sub(b.first[k]) > copyContestMax || p.slot < 0 || !(id != "" && p.id == id || slot >= 0 && p.slot == slot) {
+			continue
+		}
+		upTo := max(p.granted, p.windows[p.slot])
+		if !fenced(p.slot, upTo) {
+			return p, true
+		}
+	}
+	return foreignProof{}, false
 }
 
-// copyRanks is the decision between this process (serving, started at
-// mine) and a proven copy: whether this one stops. A copy that cannot issue
-// stops nobody; one that can stops this process if this one cannot, or
-// started later (the gRPC address breaks a tie). A pure decision: both
-// copies reach opposite answers from the same two start times.
-func copyRanks(mineServing bool, mine int64, mineAddr string, other foreignProof) (stop bool) {
+// copyRanks is the decision between this process (serving, in a Raft
+// group of mineVoters voters, started at mine) and a proven copy: whether
+// this one stops. A copy that cannot issue stops nobody; one that can stops
+// this process if this one cannot, or leads a larger Raft group (a copy of
+// a lone seed that met the cluster the original grew into must be the one
+// that stops: the cluster frees and reissues the original's slot, the
+// copy's lone log never learns of it), or, in groups of one size, started
+// earlier (the gRPC address breaks a tie). A pure decision: both copies
+// reach opposite answers from the same two answers.
+func copyRanks(mineServing bool, mineVoters int, mine int64, mineAddr string, other foreignProof) (stop bool) {
 	switch {
 	case !other.serving:
 		return false
 	case !mineServing:
 		return true
+	case other.voters > 0 && mineVoters != other.voters:
+		return mineVoters < other.voters
 	case mine != other.started:
 		return mine > other.started
 	}
@@ -165,7 +185,7 @@ func proofFrom(st Status, addr string, now time.Time) foreignProof {
 	return foreignProof{
 		id: st.ID, cluster: st.ClusterID, history: coarseIndex(st.AppliedIndex), slot: st.LastWindowSlot, granted: st.LastWindowGranted,
 		windows: st.GrantedWindows, layout: st.Layout, serving: (st.Ready || st.LeaderID != "") && !stopped, stopped: stopped,
-		saysStopped: st.Stopped != nil, at: now, started: st.Started, addr: addr,
+		saysStopped: st.Stopped != nil, at: now, started: st.Started, addr: addr, voters: st.Voters,
 	}
 }
 
@@ -223,12 +243,20 @@ func (n *Node) checkCopies() {
 			"copy_serving", p.serving, "original_grpc_addr", registered[p.id])
 		go n.tellOfCopy(p, registered[p.id])
 	}
-	serving := n.leaderKnown()
+	serving, voters := n.leaderKnown(), n.voters()
 	for _, p := range b.copies() {
-		if p.id != n.id || now.Sub(p.at) > foreignConflictTTL || !copyRanks(serving, n.started, n.cfg.GRPCAddr, p) {
+		// A copy of this identity whose windows on this node's slot reach
+		// into this tenure issued inside it: the generator stops here and
+		// now (what the fence's Release would do, without waiting for the
+		// leader), and claims again once the copy has stopped and its
+		// windows are fenced (contested, apply.go).
+		if g := n.gen.Load(); p.id == n.id && g != nil && p.slot == g.Slot() && g.Floor() < max(p.granted, p.windows[p.slot]) {
+			n.revoke(g, fmt.Errorf("%w: a copy of this node's data dir at %s issued slot %d inside this tenure", ErrNotReady, p.addr, p.slot))
+		}
+		if p.id != n.id || now.Sub(p.at) > foreignConflictTTL || !copyRanks(serving, voters, n.started, n.cfg.GRPCAddr, p) {
 			continue
 		}
-		n.stopAsCopy(copyAdvice(serving, n.cfg.GRPCAddr, p))
+		n.stopAsCopy(copyAdvice(serving, voters, n.cfg.GRPCAddr, p))
 		return
 	}
 }
@@ -287,10 +315,13 @@ func (n *Node) SightedCopy(grpcAddr string) { n.copies.sighted(grpcAddr, time.No
 
 // copyAdvice is the reason a process gives when a copy of its data dir
 // outranks it.
-func copyAdvice(serving bool, addr string, other foreignProof) string {
+func copyAdvice(serving bool, voters int, addr string, other foreignProof) string {
 	why := "which started earlier"
-	if !serving {
+	switch {
+	case !serving:
 		why = "which serves while this process's cluster has no raft leader"
+	case other.voters > 0 && other.voters != voters:
+		why = fmt.Sprintf("which serves a raft group of %d voters against this process's %d", other.voters, voters)
 	}
 	return fmt.Sprintf("another process runs this node's identity (node %s of cluster %s) at %s, %s: its data dir and this "+
 		"one are copies of one another, and two copies issue the same IDs, so this process (at %s) stopped issuing. Stop the "+

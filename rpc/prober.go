@@ -134,7 +134,9 @@ func (p *PeerProber) Probe(ctx context.Context, grpcAddr string) (cluster.Status
 	for _, m := range ms.GetMembers() {
 		if m.GetId() == out.ID {
 			out.RaftAddr = m.GetRaftAddr()
-			break
+		}
+		if r := m.GetRaftRole(); r == "voter" || r == "leader" {
+			out.Voters++
 		}
 	}
 	return out, nil
