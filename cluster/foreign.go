@@ -45,10 +45,9 @@ type foreignProof struct {
 	// serving: its cluster can issue, as far as its answer shows (it is
 	// ready, or knows a Raft leader).
 	serving bool
-	// stopped: it answered that it stopped issuing for good, so its windows
-	// grow no more and their fence is final.
-	stopped bool
-	// saysStopped: its answer says whether it stopped (older nodes do not).
+	// saysStopped: its answer says whether it stopped for good (older nodes
+	// do not); one that says so and is not serving stopped, and the fence of
+	// its windows is final.
 	saysStopped bool
 	at          time.Time
 	// started and addr: the answering process's start (Unix ns; a copy of

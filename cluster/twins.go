@@ -184,7 +184,7 @@ func proofFrom(st Status, addr string, now time.Time) foreignProof {
 	stopped := st.Stopped != nil && *st.Stopped
 	return foreignProof{
 		id: st.ID, cluster: st.ClusterID, history: coarseIndex(st.AppliedIndex), slot: st.LastWindowSlot, granted: st.LastWindowGranted,
-		windows: st.GrantedWindows, layout: st.Layout, serving: (st.Ready || st.LeaderID != "") && !stopped, stopped: stopped,
+		windows: st.GrantedWindows, layout: st.Layout, serving: (st.Ready || st.LeaderID != "") && !stopped,
 		saysStopped: st.Stopped != nil, at: now, started: st.Started, addr: addr, voters: st.Voters,
 	}
 }

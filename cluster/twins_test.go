@@ -418,7 +418,7 @@ func TestCopyContests(t *testing.T) {
 	// The answer that says it stopped ends the contest at once.
 	var s twinBook
 	s.prove(foreignProof{id: "x", slot: 3, serving: true, saysStopped: true, at: t0, addr: "copy:1"})
-	s.prove(foreignProof{id: "x", slot: 3, stopped: true, saysStopped: true, at: t0.Add(time.Second), addr: "copy:1"})
+	s.prove(foreignProof{id: "x", slot: 3, saysStopped: true, at: t0.Add(time.Second), addr: "copy:1"})
 	if _, got := s.contests("x", 3, t0.Add(time.Second), allFenced); got {
 		t.Error("a copy that said it stopped still contests")
 	}
@@ -431,7 +431,7 @@ func TestCopyContests(t *testing.T) {
 	if f := (foreignProof{serving: true, saysStopped: true}).freshFor(); f != copyRecheck {
 		t.Errorf("a serving copy is asked every %v, want %v", f, copyRecheck)
 	}
-	if f := (foreignProof{stopped: true, saysStopped: true}).freshFor(); f != foreignFresh {
+	if f := (foreignProof{saysStopped: true}).freshFor(); f != foreignFresh {
 		t.Errorf("a stopped copy is asked every %v, want %v", f, foreignFresh)
 	}
 	if f := (foreignProof{serving: true}).freshFor(); f != foreignFresh {
