@@ -4,6 +4,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/idgen/idgen/generator"
 )
 
@@ -57,6 +59,13 @@ type foreignProof struct {
 	addr    string
 	// voters: how many voters its Raft configuration has (0: unknown).
 	voters int
+	// fork: a member of this very cluster ID that is not in this leader's
+	// Raft configuration and follows a leader outside it: a member of
+	// another log with this cluster's ID (a copy's Raft group). It is
+	// fenced and contests its slot like another cluster's member, but
+	// which group stops is the copies' decision (twins.go), not the
+	// clusters' ranking.
+	fork bool
 }
 
 // freshFor is how long p is not asked again. A process that still serves,
@@ -79,6 +88,26 @@ type foreignBook struct {
 	proofs map[string]foreignProof
 	first  map[string]time.Time // when each member was first proven
 	retry  map[string]time.Time
+}
+
+// forkOf reports whether a member of this cluster ID that this leader's
+// configuration (servers, ID to Raft address) does not list answered as a
+// member of another log: it follows a leader that the configuration does
+// not list at that address (a copy's Raft group), or was proven so before
+// (known) and has stopped since, when it may know no leader any more. A
+// member this cluster removed follows no leader, or one of this
+// configuration, and is not one.
+func forkOf(st Status, servers map[string]string, known bool) bool {
+	if servers == nil || st.ID == "" {
+		return false
+	}
+	if _, listed := servers[st.ID]; listed {
+		return false
+	}
+	if known && st.Stopped != nil && *st.Stopped {
+		return true
+	}
+	return st.LeaderID != "" && servers[st.LeaderID] != st.LeaderAddr
 }
 
 // contests reports whether a proven member of another cluster that still
@@ -111,18 +140,29 @@ func contestedBy(proofs map[string]foreignProof, first map[string]time.Time, id 
 
 // proveForeign probes the alive gossip members of other clusters whose proof
 // is missing or stale, and returns every proof known. own is this node's
-// cluster ID.
+// cluster ID. A leader also asks the members of its own cluster ID that its
+// Raft configuration does not list (forkOf): a member of another log with
+// this cluster's ID is fenced like another cluster's until it stops.
 func (n *Node) proveForeign(own string) []foreignProof {
 	now := time.Now()
 	keys := map[probeKey]bool{}
 	claimed := map[string]gossipMember{}
+	var servers map[string]string // this leader's configuration, ID to Raft address
+	if n.rs.raft.State() == raft.Leader {
+		servers = map[string]string{}
+		for _, srv := range n.rs.raft.GetConfiguration().Configuration().Servers {
+			servers[string(srv.ID)] = string(srv.Address)
+		}
+	}
 	b := &n.foreign
 	b.mu.Lock()
 	if b.proofs == nil {
 		b.proofs, b.retry, b.first = map[string]foreignProof{}, map[string]time.Time{}, map[string]time.Time{}
 	}
 	for id, m := range n.gossip.snapshot() {
-		if m.State != MemberAlive || !m.Parsed || m.Meta.ClusterID == "" || m.Meta.ClusterID == own || m.Meta.GRPCAddr == "" {
+		_, listed := servers[id]
+		sameID := m.Meta.ClusterID == own && servers != nil && !listed && id != n.id
+		if m.State != MemberAlive || !m.Parsed || m.Meta.ClusterID == "" || m.Meta.ClusterID == own && !sameID || m.Meta.GRPCAddr == "" {
 			continue
 		}
 		if p, ok := b.proofs[id]; ok && now.Sub(p.at) < p.freshFor() {
@@ -141,11 +181,14 @@ func (n *Node) proveForeign(own string) []foreignProof {
 	for k, a := range answers {
 		m := claimed[k.id]
 		st := a.st
-		if a.err != nil || st.ID != k.id || st.ClusterID == "" || st.ClusterID == own || st.ClusterID != m.Meta.ClusterID {
+		_, known := b.proofs[k.id]
+		fork := st.ClusterID == own && forkOf(st, servers, known && b.proofs[k.id].fork)
+		if a.err != nil || st.ID != k.id || st.ClusterID == "" || st.ClusterID == own && !fork || st.ClusterID != m.Meta.ClusterID {
 			b.retry[k.id] = now.Add(foreignRetry)
 			continue
 		}
 		p := proofFrom(st, k.addr, now)
+		p.fork = fork
 		p.created = m.Meta.Created
 		if _, known := b.proofs[k.id]; !known {
 			b.first[k.id] = now

@@ -157,7 +157,10 @@ func (n *Node) checkConflict() {
 	// Only what a member proved over the authenticated transport counts
 	// (foreign.go): a gossip key alone can make up a cluster with any history.
 	for _, p := range n.proveForeign(own.ID) {
-		if now.Sub(p.at) > foreignConflictTTL {
+		// A member of another log with this cluster's ID is not another
+		// cluster to rank: which of the two groups stops is the copies'
+		// decision (twins.go).
+		if now.Sub(p.at) > foreignConflictTTL || p.fork {
 			continue
 		}
 		o := others[p.cluster]

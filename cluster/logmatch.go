@@ -5,6 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/hashicorp/raft"
 )
@@ -22,8 +26,8 @@ import (
 // entry there. A member that applied past this leader's last entry cannot
 // be of this log either (a leader holds every committed entry). An entry
 // this leader compacted into a snapshot is not compared: Raft sends the
-// snapshot. A member that reports none (an older node, or nothing applied
-// since its last restore) is not compared.
+// snapshot. A member that reports none (an older node, or a data dir that
+// never applied one) is not compared.
 
 // errProbeForked: the member's log is not a prefix of this leader's.
 var errProbeForked = errors.New("its log differs from this cluster's (another log with this cluster's ID: a copy of a data dir)")
@@ -64,33 +68,59 @@ func (n *Node) logHolds(index, hash uint64) error {
 	return nil
 }
 
-// lastCommand is the last command entry this replica applied. Right after
-// a start or a snapshot restore none has been applied yet, so it is read
-// back from the log store: the newest command entry at or below the applied
-// index among the last lookBack entries (Raft keeps trailing entries past a
-// snapshot). nil when there is none to read.
+// lastCommand is the last command entry this replica applied: the newest
+// since this process started or last restored a snapshot, else the one it
+// recorded in its data dir (appliedFile) before. A member restarted on a new
+// Raft address before its cluster speaks to it has applied nothing since
+// its start (Raft applies nothing until it learns the commit index) and
+// knows no leader; without the record a copy's leader could take it into
+// its log (the third outside attack did). The log itself is not read back:
+// after a snapshot install Raft keeps trailing entries that may never have
+// been committed, so only what this replica applied counts.
 func (n *Node) lastCommand() *appliedEntry {
 	if e := n.fsm.lastCommand.Load(); e != nil {
 		return e
 	}
-	const lookBack = 64
-	applied := n.rs.raft.AppliedIndex()
-	first, err := n.rs.boltStore.FirstIndex()
-	if err != nil || first == 0 {
-		return nil
+	return n.appliedSaved.Load()
+}
+
+// appliedFile records the last command entry this replica applied, as
+// "index hash" (decimal, then 16 hex digits), rewritten at most once a
+// housekeeping tick and on Close. It may lag by a tick after a crash; any
+// entry this replica applied was committed in its log, which is all the
+// comparison needs.
+const appliedFile = "APPLIED"
+
+// readApplied reads the record (nil when there is none).
+func readApplied(dataDir string) (*appliedEntry, error) {
+	path := filepath.Join(dataDir, appliedFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
 	}
-	for i := applied; i >= first && i > 0 && applied-i < lookBack; i-- {
-		var l raft.Log
-		if n.rs.boltStore.GetLog(i, &l) != nil {
-			return nil
-		}
-		if l.Type == raft.LogCommand {
-			e := &appliedEntry{index: l.Index, hash: entryHash(&l)}
-			n.fsm.lastCommand.CompareAndSwap(nil, e)
-			return e
-		}
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	var e appliedEntry
+	if _, err := fmt.Sscanf(string(b), "%d %x", &e.index, &e.hash); err != nil || e.index == 0 {
+		return nil, fmt.Errorf("%s: not an applied entry record (%q): remove it to start without one", path, strings.TrimSpace(string(b)))
+	}
+	return &e, nil
+}
+
+// saveApplied records the replica's last applied command entry if it
+// changed since the last record.
+func (n *Node) saveApplied() {
+	e := n.fsm.lastCommand.Load()
+	if e == nil || e == n.appliedSaved.Load() {
+		return
+	}
+	path := filepath.Join(n.cfg.DataDir, appliedFile)
+	if err := writeFileSync(path, fmt.Appendf(nil, "%d %016x\n", e.index, e.hash)); err != nil {
+		n.logger.Warn("record the last applied entry in the data dir", "path", path, "err", err)
+		return
+	}
+	n.appliedSaved.Store(e)
 }
 
 // voters counts the voters of this node's Raft configuration.

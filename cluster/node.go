@@ -269,6 +269,11 @@ type Node struct {
 	doors *door.Counts
 	wg    sync.WaitGroup
 
+	// appliedSaved is the last applied command entry recorded in the data
+	// dir (logmatch.go), nil for none.
+	appliedSaved atomic.Pointer[appliedEntry]
+	// copyChecks counts checkCopies' rounds (tests).
+	copyChecks atomic.Uint64
 	// sweeps counts the reconcile sweeps this node ran as leader (tests).
 	sweeps atomic.Uint64
 
@@ -323,6 +328,11 @@ func Open(cfg Config) (*Node, error) {
 	} else if reason != "" {
 		n.conflict.Store(&reason)
 	}
+	applied, err := readApplied(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	n.appliedSaved.Store(applied)
 	n.setReason("starting")
 	n.recorded.Store(recorded)
 	local := meta{
@@ -405,6 +415,7 @@ func (n *Node) Close() error {
 			g.Revoke(ErrShutdown)
 		}
 		n.wg.Wait()
+		n.saveApplied()
 		if gerr := n.gossip.shutdown(); gerr != nil {
 			err = gerr
 		}
@@ -435,6 +446,7 @@ func (n *Node) housekeeping() {
 		n.leaderKnown() // keeps leaderSeen fresh between readiness checks
 		n.checkConflict()
 		n.checkCopies()
+		n.saveApplied()
 		odd := n.protocolOdd() // off the serving path: Ready reads it
 		n.odd.Store(&odd)
 		n.logReadiness()
@@ -586,6 +598,12 @@ func (n *Node) leaderKnown() bool {
 		return true
 	}
 	return now-n.leaderSeen.Load() < int64(leaderGrace)
+}
+
+// leaderWithin reports whether this node knew a Raft leader within d.
+func (n *Node) leaderWithin(d time.Duration) bool {
+	n.leaderKnown()
+	return time.Now().UnixNano()-n.leaderSeen.Load() < int64(d)
 }
 
 // Conflict is non-nil once this node met an older cluster: it then issues

@@ -21,15 +21,23 @@ import (
 // once the node's own cluster has a leader again.
 const stoppedFile = "STOPPED"
 
-// stopAsCopy stops this process for good: a copy of its data dir outranks it.
-func (n *Node) stopAsCopy(reason string) {
+// stopAsCopy stops this process for good: a copy of its data dir, or of a
+// member of its Raft group, at other outranks it. Before it leaves Raft it
+// tells every other member of its group where the copy runs, so that each
+// asks it and stops too (checkCopies) without waiting for a sighting of
+// its own.
+func (n *Node) stopAsCopy(reason, other string) {
 	path := filepath.Join(n.cfg.DataDir, stoppedFile)
 	if err := writeFileSync(path, []byte(reason+"\n")); err != nil {
 		n.logger.Error("record in the data dir that this copy stopped", "path", path, "err", err)
 	}
 	n.conflict.Store(&reason)
 	n.logger.Error("stopping issuing: " + n.Conflict().Error())
-	go n.leaveRaftAsCopy()
+	members := n.groupGRPCAddrs()
+	go func() {
+		n.tellAll(members, other)
+		n.leaveRaftAsCopy()
+	}()
 }
 
 // stoppedBefore reads the record of an earlier stop as a copy ("" for none).

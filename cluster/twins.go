@@ -38,6 +38,9 @@ const (
 	// copyRecheck: a proven copy that still serves is asked again this
 	// often, so that the fence of its windows follows it until it stops.
 	copyRecheck = time.Second
+	// copyRankGrace: a process whose group knew a Raft leader this recently
+	// counts as serving when it ranks itself against a copy.
+	copyRankGrace = 15 * time.Second
 	// copyContestMax: how long a proven copy that still serves keeps its
 	// identity's claims and its slot's reserves refused.
 	copyContestMax = 30 * time.Second
@@ -197,6 +200,7 @@ func proofFrom(st Status, addr string, now time.Time) foreignProof {
 // (which rank themselves); this process stops if a proven copy of its own
 // identity outranks it (copyRanks).
 func (n *Node) checkCopies() {
+	defer n.copyChecks.Add(1)
 	own := n.ownCluster()
 	if own == "" || n.Conflict() != nil {
 		return
@@ -221,9 +225,11 @@ func (n *Node) checkCopies() {
 		}
 	}
 	startOf := map[string]int64{n.id: n.started}
+	stoppedHere := map[string]bool{} // members whose registered process stopped for good
 	for k, a := range n.probeAll(originals) {
 		if a.err == nil && a.st.ID == k.id && a.st.ClusterID == own {
 			startOf[k.id] = a.st.Started
+			stoppedHere[k.id] = a.st.Stopped != nil && *a.st.Stopped
 		}
 	}
 	for k, a := range answers {
@@ -243,7 +249,12 @@ func (n *Node) checkCopies() {
 			"copy_serving", p.serving, "original_grpc_addr", registered[p.id])
 		go n.tellOfCopy(p, registered[p.id])
 	}
-	serving, voters := n.leaderKnown(), n.voters()
+	// Whether this process's group serves is taken over copyRankGrace, not
+	// the moment: a stop is recorded for good, and an election or a pause
+	// of a few seconds at the meeting would otherwise stop a group that
+	// outranks the copy (the fourth outside attack paused two of three
+	// voters for 6.7 s and the original stopped for good).
+	serving, voters := n.leaderWithin(copyRankGrace), n.voters()
 	for _, p := range b.copies() {
 		// A copy of this identity whose windows on this node's slot reach
 		// into this tenure issued inside it: the generator stops here and
@@ -253,11 +264,24 @@ func (n *Node) checkCopies() {
 		if g := n.gen.Load(); p.id == n.id && g != nil && p.slot == g.Slot() && g.Floor() < max(p.granted, p.windows[p.slot]) {
 			n.revoke(g, fmt.Errorf("%w: a copy of this node's data dir at %s issued slot %d inside this tenure", ErrNotReady, p.addr, p.slot))
 		}
-		if p.id != n.id || now.Sub(p.at) > foreignConflictTTL || !copyRanks(serving, voters, n.started, n.cfg.GRPCAddr, p) {
+		if now.Sub(p.at) > foreignConflictTTL || !p.serving {
 			continue
 		}
-		n.stopAsCopy(copyAdvice(serving, voters, n.cfg.GRPCAddr, p))
-		return
+		if p.id == n.id && copyRanks(serving, voters, n.started, n.cfg.GRPCAddr, p) {
+			n.stopAsCopy(copyAdvice(serving, voters, n.cfg.GRPCAddr, p), p.addr)
+			return
+		}
+		// A member of this node's Raft group stopped because its copy
+		// outranks it: the copy's Raft group is the one that keeps serving,
+		// and this group's log is a fork of the copy's with the same cluster
+		// ID (a copy of a lone seed that both grew). Its other members hold
+		// slots the copy's group also grants, so they stop too, as the
+		// member did (whose decision this follows, so two groups never
+		// both stop on one meeting).
+		if p.id != n.id && stoppedHere[p.id] {
+			n.stopAsCopy(forkAdvice(p, registered[p.id]), p.addr)
+			return
+		}
 	}
 }
 
@@ -285,23 +309,44 @@ func (n *Node) leaveRaftAsCopy() {
 // the leader fences the windows of the one that stops. Each asks the
 // address itself before it believes the hint.
 func (n *Node) tellOfCopy(p foreignProof, orig string) {
+	n.tellAll([]string{p.addr}, orig)
+	about := []string{}
+	if orig != n.cfg.GRPCAddr {
+		about = append(about, orig)
+	}
+	if _, leader := n.rs.raft.LeaderWithID(); leader != "" && string(leader) != n.id {
+		if la := n.grpcAddrOf(string(leader)); la != "" && la != p.addr && la != orig {
+			about = append(about, la)
+		}
+	}
+	n.tellAll(about, p.addr)
+}
+
+// groupGRPCAddrs is the gRPC address of every other server of this node's
+// Raft configuration that one is known for.
+func (n *Node) groupGRPCAddrs() []string {
+	var out []string
+	for _, srv := range n.rs.raft.GetConfiguration().Configuration().Servers {
+		if id := string(srv.ID); id != n.id {
+			if a := n.grpcAddrOf(id); a != "" {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
+// tellAll tells each node at to that a process runs at about under its
+// identity or a member's (CopyTeller), one probe timeout each.
+func (n *Node) tellAll(to []string, about string) {
 	t, ok := n.cfg.Prober.(CopyTeller)
 	if !ok {
 		return
 	}
-	tell := map[string]string{p.addr: orig}
-	if orig != n.cfg.GRPCAddr {
-		tell[orig] = p.addr
-	}
-	if _, leader := n.rs.raft.LeaderWithID(); leader != "" && string(leader) != n.id {
-		if la := n.grpcAddrOf(string(leader)); la != "" && la != p.addr && la != orig {
-			tell[la] = p.addr
-		}
-	}
-	for to, about := range tell {
+	for _, addr := range to {
 		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
-		if err := t.TellCopy(ctx, to, about); err != nil {
-			n.logger.Warn("tell a node of a copy of a node identity", "to", to, "copy_grpc_addr", about, "err", err)
+		if err := t.TellCopy(ctx, addr, about); err != nil {
+			n.logger.Warn("tell a node of a copy of a node identity", "to", addr, "copy_grpc_addr", about, "err", err)
 		}
 		cancel()
 	}
@@ -312,6 +357,15 @@ func (n *Node) tellOfCopy(p foreignProof, orig string) {
 // the cluster). It is asked at the next housekeeping tick; nothing is
 // believed before it answers.
 func (n *Node) SightedCopy(grpcAddr string) { n.copies.sighted(grpcAddr, time.Now()) }
+
+// forkAdvice is the reason a process gives when a member of its Raft group
+// (at reg) stopped because the member's copy p outranks it.
+func forkAdvice(p foreignProof, reg string) string {
+	return fmt.Sprintf("node %s of this node's raft group (cluster %s) stopped at %s because a copy of its data dir at %s "+
+		"outranks it: this raft group's log and the copy's are forks of one log, and both grant the same slots, so this "+
+		"process stopped issuing as well. Wipe this node's data dir and start it again with --join to the copy's cluster "+
+		"(a wiped node joins as a new node); restart it as it is only if the copy's cluster is gone for good", p.id, p.cluster, reg, p.addr)
+}
 
 // copyAdvice is the reason a process gives when a copy of its data dir
 // outranks it.
@@ -325,6 +379,7 @@ func copyAdvice(serving bool, voters int, addr string, other foreignProof) strin
 	}
 	return fmt.Sprintf("another process runs this node's identity (node %s of cluster %s) at %s, %s: its data dir and this "+
 		"one are copies of one another, and two copies issue the same IDs, so this process (at %s) stopped issuing. Stop the "+
-		"copy that should not run and wipe its data dir (a wiped node joins as a new node); restart this one only if it is "+
-		"the one to keep", other.id, other.cluster, other.addr, why, addr)
+		"copy that should not run and wipe its data dir (a wiped node joins as a new node). If this one is the one to keep, "+
+		"stop it, delete the file %s in its data dir (which keeps it stopped across restarts) and start it again", other.id,
+		other.cluster, other.addr, why, addr, stoppedFile)
 }

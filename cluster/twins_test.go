@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -79,6 +80,18 @@ func growToThree(t *testing.T, tc *testCluster) (a, b, c *Node) {
 	waitReady(t, b)
 	waitReady(t, c)
 	return a, b, c
+}
+
+// grownOriginalAndCopy copies a lone seed's data dir, grows the original
+// into a cluster of three, and then starts the copy, alone and unaware of it.
+func grownOriginalAndCopy(t *testing.T) (tc *testCluster, a, b, c, twin *Node) {
+	t.Helper()
+	tc = newTestCluster(t)
+	seedAndCopy(t, tc)
+	a, b, c = growToThree(t, tc)
+	twin = tc.start("copy")
+	waitReady(t, twin)
+	return tc, a, b, c, twin
 }
 
 // TestCopiedDataDirOfALoneSeedStopsAndIsFenced: a lone seed's data dir is
@@ -524,11 +537,18 @@ func TestCopyInTheSmallerRaftGroupStops(t *testing.T) {
 		}
 		return leader.rs.raft.State() == raft.Leader
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, _, err := leader.Remove(ctx, twin.ID()); err != nil {
-		t.Fatalf("remove the original's ID: %v", err)
-	}
+	// A new leader refuses until it has caught up with the log (past its
+	// Barrier); an operator retries, as idctl does.
+	var removeErr error
+	harness.WaitFor(t, 30*time.Second, "the new leader to remove the original's ID", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _, removeErr = leader.Remove(ctx, twin.ID())
+		if removeErr != nil && !errors.Is(removeErr, ErrLeaderNotReady) {
+			t.Fatalf("remove the original's ID: %v", removeErr)
+		}
+		return removeErr == nil
+	})
 	harness.WaitFor(t, 60*time.Second, "the leader's gossip to show the original's ID alive at the copy's address", func() bool {
 		m, ok := leader.gossip.snapshot()[twin.ID()]
 		return ok && m.State == MemberAlive && m.Meta.GRPCAddr == twin.cfg.GRPCAddr
@@ -580,5 +600,188 @@ func TestLeaderAddsNoMemberOfAnotherRaftGroup(t *testing.T) {
 		if (err == nil) != c.ok || err != nil && !errors.Is(err, errProbeForked) {
 			t.Errorf("a leaderless member whose last entry is %d/%d: %v, want accepted %v", c.index, c.hash, err, c.ok)
 		}
+	}
+}
+
+// TestEveryMemberOfTheCopysRaftGroupStops: a lone seed's data dir is copied,
+// and each copy grows a Raft group of three with fresh joiners, so each
+// group has its own holders of the same slots. When their gossip meets, the
+// copy that ranks lower stops, and so must every member of its group: their
+// log is a fork of the other's with the same cluster ID, and they hold slots
+// the other group also grants. The other group fences everything the
+// stopped group's members were granted, and issues none of their IDs.
+func TestEveryMemberOfTheCopysRaftGroupStops(t *testing.T) {
+	tc, a, b, c, twin := grownOriginalAndCopy(t)
+	tc.add("x", 0, "copy")
+	tc.add("y", 0, "copy")
+	x, y := tc.start("x"), tc.start("y")
+	waitVoters(t, twin, 3)
+	waitReady(t, x)
+	waitReady(t, y)
+	forkIDs := map[int64]string{}
+	for _, n := range []*Node{twin, x, y} {
+		for _, id := range tc.mint(n, 2048) {
+			forkIDs[id] = n.Name()
+		}
+	}
+	shared := 0
+	for _, pair := range [][2]*Node{{b, x}, {b, y}, {c, x}, {c, y}} {
+		if pair[0].Status().Slot == pair[1].Status().Slot {
+			shared++
+		}
+	}
+	if shared == 0 {
+		t.Fatalf("the two groups hold no slot in common: b %d, c %d, x %d, y %d", b.Status().Slot, c.Status().Slot, x.Status().Slot, y.Status().Slot)
+	}
+
+	if _, err := x.Join([]string{tc.specs["b"].cfg.GossipAddr}); err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, 30*time.Second, "the copy, which started later, to stop", func() bool { return twin.Conflict() != nil })
+	harness.WaitFor(t, 30*time.Second, "every member of the copy's raft group to stop", func() bool {
+		return x.Conflict() != nil && y.Conflict() != nil
+	})
+	t.Logf("x: %v", x.Conflict())
+	for _, n := range []*Node{a, b, c} {
+		if err := n.Conflict(); err != nil {
+			t.Fatalf("%s stopped too: %v", n.Name(), err)
+		}
+	}
+	for _, n := range []*Node{x, y} {
+		if _, _, err := n.NextBatch(context.Background(), 1); !errors.Is(err, ErrClusterConflict) {
+			t.Fatalf("%s: NextBatch %v, want the conflict", n.Name(), err)
+		}
+	}
+	// The leader asks the stopped group's members themselves (they are not
+	// in its configuration and followed another leader) until each says it
+	// stopped, so that the fence follows their windows, not only the
+	// copy's.
+	leader := a
+	for _, n := range []*Node{a, b, c} {
+		if n.rs.raft.State() == raft.Leader {
+			leader = n
+		}
+	}
+	harness.WaitFor(t, 20*time.Second, "the leader to hold final proofs of x and y", func() bool {
+		leader.foreign.mu.Lock()
+		defer leader.foreign.mu.Unlock()
+		for _, n := range []*Node{x, y} {
+			if p, ok := leader.foreign.proofs[n.ID()]; !ok || !p.fork || p.serving || !p.saysStopped {
+				return false
+			}
+		}
+		return true
+	})
+	// What the stopped group was granted, per slot, is fenced.
+	forkWindows := map[int]int64{}
+	for _, n := range []*Node{twin, x, y} {
+		for slot, g := range n.Status().GrantedWindows {
+			forkWindows[slot] = max(forkWindows[slot], g)
+		}
+	}
+	for _, n := range []*Node{a, b, c} {
+		st := n.Status()
+		harness.WaitFor(t, 30*time.Second, n.Name()+" to issue above the stopped group's windows", func() bool {
+			st = n.Status()
+			return st.Slot >= 0 && st.Floor >= forkWindows[st.Slot]
+		})
+		waitReady(t, n)
+		for _, id := range tc.issue(n, 512) {
+			if who, dup := forkIDs[id]; dup {
+				t.Fatalf("%s issued %d, an ID %s of the stopped group issued", n.Name(), id, who)
+			}
+		}
+	}
+	// The stop survives a restart.
+	tc.stop("x")
+	x = tc.start("x")
+	if x.Conflict() == nil {
+		t.Fatalf("the restarted member of the stopped group issues again: %+v", x.Status())
+	}
+}
+
+// TestMemberRestartedOnANewRaftAddressStaysOutOfACopysLog: a member of the
+// grown cluster comes back on a new Raft address while the rest of its
+// cluster is down, and meets only the copy of the lone seed, which leads its
+// own log with the cluster's ID. Before its cluster speaks to it, it has
+// applied nothing since the restart and knows no leader; it still reports
+// the last entry it applied before, which the copy's log does not hold, so
+// the copy never takes it (it would rewrite the member's log with its own).
+func TestMemberRestartedOnANewRaftAddressStaysOutOfACopysLog(t *testing.T) {
+	tc := newTestCluster(t)
+	seedAndCopy(t, tc)
+	_, b, _ := growToThree(t, tc)
+	tc.issue(b, 100)
+	twin := tc.start("copy")
+	waitReady(t, twin)
+	tc.stop("a")
+	tc.stop("c")
+	applied := b.lastCommand()
+	if applied == nil {
+		t.Fatal("b applied no command entry")
+	}
+	tc.stop("b")
+	s := tc.specs["b"]
+	s.cfg.RaftAddr = fmt.Sprintf("127.0.0.1:%d", harness.NextPort(t))
+	s.cfg.RaftAdvertise = ""
+	s.cfg.Join = []string{tc.specs["copy"].cfg.GossipAddr}
+	b = tc.start("b")
+	if st := b.Status(); st.AppliedCommand != applied.index || st.AppliedCommandHash != applied.hash {
+		t.Fatalf("restarted b reports its last applied command as %d/%x, want %d/%x", st.AppliedCommand, st.AppliedCommandHash, applied.index, applied.hash)
+	}
+	harness.WaitFor(t, 30*time.Second, "the copy's gossip to show b alive", func() bool {
+		m, ok := twin.gossip.snapshot()[b.ID()]
+		return ok && m.State == MemberAlive
+	})
+	taken := func() *raft.Server {
+		for _, srv := range twin.rs.raft.GetConfiguration().Configuration().Servers {
+			if string(srv.ID) == b.ID() {
+				return &srv
+			}
+		}
+		return nil
+	}
+	sweeps := twin.sweeps.Load()
+	harness.WaitFor(t, 30*time.Second, "ten sweeps of the copy's leader, or the copy taking b", func() bool {
+		return twin.sweeps.Load() >= sweeps+10 || taken() != nil
+	})
+	if srv := taken(); srv != nil {
+		t.Fatalf("the copy took the cluster's member b into its log as %+v", *srv)
+	}
+}
+
+// TestAGroupBetweenLeadersDoesNotLoseToALoneCopy: the original's group of
+// three has no leader for a few seconds (two voters paused) when it meets
+// the lone seed's copy. A stop is for good, so the group's serving is taken
+// over copyRankGrace, not the moment: the original keeps its place, and once
+// its group has a leader again the copy, in the smaller group, stops.
+// Before, the original stopped for good ("serves while this process's
+// cluster has no raft leader") and its healthy group lost its slot.
+func TestAGroupBetweenLeadersDoesNotLoseToALoneCopy(t *testing.T) {
+	tc, a, _, _, twin := grownOriginalAndCopy(t)
+	tc.stop("b")
+	tc.stop("c")
+	harness.WaitFor(t, 10*time.Second, "a to know no leader past the grace", func() bool { return !a.leaderKnown() })
+	if _, err := twin.Join([]string{tc.specs["a"].cfg.GossipAddr}); err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, 5*time.Second, "a to prove the copy", func() bool {
+		for _, p := range a.copies.copies() {
+			if p.addr == twin.cfg.GRPCAddr {
+				return true
+			}
+		}
+		return false
+	})
+	checks := a.copyChecks.Load()
+	harness.WaitFor(t, 5*time.Second, "two more copy checks at a", func() bool { return a.copyChecks.Load() >= checks+2 })
+	if err := a.Conflict(); err != nil {
+		t.Fatalf("the original stopped while its group was between leaders: %v", err)
+	}
+	tc.start("b")
+	tc.start("c")
+	harness.WaitFor(t, 30*time.Second, "the copy, in the smaller group, to stop", func() bool { return twin.Conflict() != nil })
+	if err := a.Conflict(); err != nil {
+		t.Fatalf("the original stopped too: %v", err)
 	}
 }
