@@ -59,6 +59,8 @@ type foreignProof struct {
 	addr    string
 	// voters: how many voters its Raft configuration has (0: unknown).
 	voters int
+	// leaderAddr: the Raft address of the leader it follows ("" for none).
+	leaderAddr string
 	// fork: a member of this very cluster ID that is not in this leader's
 	// Raft configuration and follows a leader outside it: a member of
 	// another log with this cluster's ID (a copy's Raft group). It is
@@ -149,10 +151,7 @@ func (n *Node) proveForeign(own string) []foreignProof {
 	claimed := map[string]gossipMember{}
 	var servers map[string]string // this leader's configuration, ID to Raft address
 	if n.rs.raft.State() == raft.Leader {
-		servers = map[string]string{}
-		for _, srv := range n.rs.raft.GetConfiguration().Configuration().Servers {
-			servers[string(srv.ID)] = string(srv.Address)
-		}
+		servers = n.configServers()
 	}
 	b := &n.foreign
 	b.mu.Lock()

@@ -446,6 +446,7 @@ func (n *Node) housekeeping() {
 		n.leaderKnown() // keeps leaderSeen fresh between readiness checks
 		n.checkConflict()
 		n.checkCopies()
+		n.checkForks()
 		n.saveApplied()
 		odd := n.protocolOdd() // off the serving path: Ready reads it
 		n.odd.Store(&odd)

@@ -21,22 +21,31 @@ import (
 // once the node's own cluster has a leader again.
 const stoppedFile = "STOPPED"
 
-// stopAsCopy stops this process for good: a copy of its data dir, or of a
-// member of its Raft group, at other outranks it. Before it leaves Raft it
-// tells every other member of its group where the copy runs, so that each
-// asks it and stops too (checkCopies) without waiting for a sighting of
-// its own.
-func (n *Node) stopAsCopy(reason, other string) {
+// stopForGood stops this process for good: a copy of its data dir, or of
+// a member of its Raft group, or another Raft group of its cluster ID
+// (forks.go) outranks it. It first tells every other member of its group
+// the addresses in tell (where the other side runs, and for a fork this
+// node's own), so that each asks them and stops too (checkCopies) without
+// waiting for a sighting of its own. A copy of a node identity then leaves
+// Raft (leave: one node ID speaks for one process); a member of a group
+// that lost stays in it, issuing nothing, so that its group's log keeps a
+// leader and the other group's leader reads each member's last windows
+// from the member itself until it says it stopped.
+func (n *Node) stopForGood(reason string, leave bool, tell ...string) {
 	path := filepath.Join(n.cfg.DataDir, stoppedFile)
 	if err := writeFileSync(path, []byte(reason+"\n")); err != nil {
-		n.logger.Error("record in the data dir that this copy stopped", "path", path, "err", err)
+		n.logger.Error("record in the data dir that this process stopped", "path", path, "err", err)
 	}
 	n.conflict.Store(&reason)
 	n.logger.Error("stopping issuing: " + n.Conflict().Error())
 	members := n.groupGRPCAddrs()
 	go func() {
-		n.tellAll(members, other)
-		n.leaveRaftAsCopy()
+		for _, about := range tell {
+			n.tellAll(members, about)
+		}
+		if leave {
+			n.leaveRaftAsCopy()
+		}
 	}()
 }
 

@@ -188,7 +188,7 @@ func proofFrom(st Status, addr string, now time.Time) foreignProof {
 	return foreignProof{
 		id: st.ID, cluster: st.ClusterID, history: coarseIndex(st.AppliedIndex), slot: st.LastWindowSlot, granted: st.LastWindowGranted,
 		windows: st.GrantedWindows, layout: st.Layout, serving: (st.Ready || st.LeaderID != "") && !stopped,
-		saysStopped: st.Stopped != nil, at: now, started: st.Started, addr: addr, voters: st.Voters,
+		saysStopped: st.Stopped != nil, at: now, started: st.Started, addr: addr, voters: st.Voters, leaderAddr: st.LeaderAddr,
 	}
 }
 
@@ -232,6 +232,29 @@ func (n *Node) checkCopies() {
 			stoppedHere[k.id] = a.st.Stopped != nil && *a.st.Stopped
 		}
 	}
+	// A member of this node's group that says it stopped, and a serving
+	// member of another log with this cluster's ID (forks.go): this
+	// group lost to the other, and this node follows.
+	servers := n.configServers()
+	var memberStopped string
+	var forkSeen *foreignProof
+	for k, a := range answers {
+		st := a.st
+		if a.err != nil || st.ClusterID != own || st.ID == n.id {
+			continue
+		}
+		_, listed := servers[st.ID]
+		if listed && n.grpcAddrOf(st.ID) == k.addr && st.Stopped != nil && *st.Stopped {
+			memberStopped = k.addr
+		} else if p := proofFrom(st, k.addr, now); !listed && p.serving && forkOf(st, servers, false) {
+			forkSeen = &p
+		}
+	}
+	for id, stopped := range stoppedHere {
+		if stopped {
+			memberStopped = registered[id]
+		}
+	}
 	for k, a := range answers {
 		st := a.st
 		orig := startOf[st.ID]
@@ -268,7 +291,7 @@ func (n *Node) checkCopies() {
 			continue
 		}
 		if p.id == n.id && copyRanks(serving, voters, n.started, n.cfg.GRPCAddr, p) {
-			n.stopAsCopy(copyAdvice(serving, voters, n.cfg.GRPCAddr, p), p.addr)
+			n.stopForGood(copyAdvice(serving, voters, n.cfg.GRPCAddr, p), true, p.addr)
 			return
 		}
 		// A member of this node's Raft group stopped because its copy
@@ -279,10 +302,23 @@ func (n *Node) checkCopies() {
 		// member did (whose decision this follows, so two groups never
 		// both stop on one meeting).
 		if p.id != n.id && stoppedHere[p.id] {
-			n.stopAsCopy(forkAdvice(p, registered[p.id]), p.addr)
+			n.stopForGood(followAdvice(p, registered[p.id]), false, p.addr)
 			return
 		}
 	}
+	if memberStopped != "" && forkSeen != nil {
+		n.stopForGood(followForkAdvice(*forkSeen, memberStopped), false, forkSeen.addr)
+	}
+}
+
+// followForkAdvice is the reason a process gives when a member of its Raft
+// group (at stopped) stopped and p serves another Raft group of its
+// cluster ID.
+func followForkAdvice(p foreignProof, stopped string) string {
+	return fmt.Sprintf("a member of this node's raft group (at %s) stopped, and node %s at %s serves another raft group of "+
+		"cluster %s: the two logs are forks of one, and both grant the same slots, so this process stopped issuing as "+
+		"well. Wipe this node's data dir and start it again with --join to the other group's nodes (a wiped node joins "+
+		"as a new node)", stopped, p.id, p.addr, p.cluster)
 }
 
 // leaveRaftAsCopy: a process that stopped because a copy of its identity
@@ -358,9 +394,9 @@ func (n *Node) tellAll(to []string, about string) {
 // believed before it answers.
 func (n *Node) SightedCopy(grpcAddr string) { n.copies.sighted(grpcAddr, time.Now()) }
 
-// forkAdvice is the reason a process gives when a member of its Raft group
-// (at reg) stopped because the member's copy p outranks it.
-func forkAdvice(p foreignProof, reg string) string {
+// followAdvice is the reason a process gives when a member of its Raft
+// group (at reg) stopped because the member's copy p outranks it.
+func followAdvice(p foreignProof, reg string) string {
 	return fmt.Sprintf("node %s of this node's raft group (cluster %s) stopped at %s because a copy of its data dir at %s "+
 		"outranks it: this raft group's log and the copy's are forks of one log, and both grant the same slots, so this "+
 		"process stopped issuing as well. Wipe this node's data dir and start it again with --join to the copy's cluster "+

@@ -94,6 +94,44 @@ func grownOriginalAndCopy(t *testing.T) (tc *testCluster, a, b, c, twin *Node) {
 	return tc, a, b, c, twin
 }
 
+// twoGrownGroups is grownOriginalAndCopy with the copy grown into a group
+// of three as well, by fresh nodes x and y that know only the copy.
+func twoGrownGroups(t *testing.T) (tc *testCluster, a, b, c, twin, x, y *Node) {
+	t.Helper()
+	tc, a, b, c, twin = grownOriginalAndCopy(t)
+	tc.add("x", 0, "copy")
+	tc.add("y", 0, "copy")
+	x, y = tc.start("x"), tc.start("y")
+	waitVoters(t, twin, 3)
+	waitReady(t, x)
+	waitReady(t, y)
+	return tc, a, b, c, twin, x, y
+}
+
+// issuesNoneOf checks that each winner issues, above every window the
+// losers' log granted on its slot, none of the losers' IDs.
+func issuesNoneOf(t *testing.T, tc *testCluster, winners, losers []*Node, lostIDs map[int64]string) {
+	t.Helper()
+	windows := map[int]int64{}
+	for _, n := range losers {
+		for slot, g := range n.Status().GrantedWindows {
+			windows[slot] = max(windows[slot], g)
+		}
+	}
+	for _, n := range winners {
+		harness.WaitFor(t, 30*time.Second, n.Name()+" to issue above the stopped group's windows", func() bool {
+			st := n.Status()
+			return st.Slot >= 0 && st.Floor >= windows[st.Slot]
+		})
+		waitReady(t, n)
+		for _, id := range tc.issue(n, 512) {
+			if who, dup := lostIDs[id]; dup {
+				t.Fatalf("%s issued %d, an ID %s of the stopped group issued", n.Name(), id, who)
+			}
+		}
+	}
+}
+
 // TestCopiedDataDirOfALoneSeedStopsAndIsFenced: a lone seed's data dir is
 // copied and both copies run, each the leader of its own log of one cluster
 // ID and one slot; the copy's clock is 6 s ahead, so its windows lie where
@@ -611,13 +649,7 @@ func TestLeaderAddsNoMemberOfAnotherRaftGroup(t *testing.T) {
 // the other group also grants. The other group fences everything the
 // stopped group's members were granted, and issues none of their IDs.
 func TestEveryMemberOfTheCopysRaftGroupStops(t *testing.T) {
-	tc, a, b, c, twin := grownOriginalAndCopy(t)
-	tc.add("x", 0, "copy")
-	tc.add("y", 0, "copy")
-	x, y := tc.start("x"), tc.start("y")
-	waitVoters(t, twin, 3)
-	waitReady(t, x)
-	waitReady(t, y)
+	tc, a, b, c, twin, x, y := twoGrownGroups(t)
 	forkIDs := map[int64]string{}
 	for _, n := range []*Node{twin, x, y} {
 		for _, id := range tc.mint(n, 2048) {
@@ -662,6 +694,17 @@ func TestEveryMemberOfTheCopysRaftGroupStops(t *testing.T) {
 			leader = n
 		}
 	}
+	defer func() {
+		if t.Failed() {
+			leader.foreign.mu.Lock()
+			for id, p := range leader.foreign.proofs {
+				t.Logf("leader %s holds proof %s: %+v", leader.Name(), id, p)
+			}
+			leader.foreign.mu.Unlock()
+			t.Logf("x: %+v", x.Status())
+			t.Logf("the leader's gossip shows x as %+v", leader.gossip.snapshot()[x.ID()])
+		}
+	}()
 	harness.WaitFor(t, 20*time.Second, "the leader to hold final proofs of x and y", func() bool {
 		leader.foreign.mu.Lock()
 		defer leader.foreign.mu.Unlock()
@@ -673,25 +716,7 @@ func TestEveryMemberOfTheCopysRaftGroupStops(t *testing.T) {
 		return true
 	})
 	// What the stopped group was granted, per slot, is fenced.
-	forkWindows := map[int]int64{}
-	for _, n := range []*Node{twin, x, y} {
-		for slot, g := range n.Status().GrantedWindows {
-			forkWindows[slot] = max(forkWindows[slot], g)
-		}
-	}
-	for _, n := range []*Node{a, b, c} {
-		st := n.Status()
-		harness.WaitFor(t, 30*time.Second, n.Name()+" to issue above the stopped group's windows", func() bool {
-			st = n.Status()
-			return st.Slot >= 0 && st.Floor >= forkWindows[st.Slot]
-		})
-		waitReady(t, n)
-		for _, id := range tc.issue(n, 512) {
-			if who, dup := forkIDs[id]; dup {
-				t.Fatalf("%s issued %d, an ID %s of the stopped group issued", n.Name(), id, who)
-			}
-		}
-	}
+	issuesNoneOf(t, tc, []*Node{a, b, c}, []*Node{twin, x, y}, forkIDs)
 	// The stop survives a restart.
 	tc.stop("x")
 	x = tc.start("x")
@@ -783,5 +808,68 @@ func TestAGroupBetweenLeadersDoesNotLoseToALoneCopy(t *testing.T) {
 	harness.WaitFor(t, 30*time.Second, "the copy, in the smaller group, to stop", func() bool { return twin.Conflict() != nil })
 	if err := a.Conflict(); err != nil {
 		t.Fatalf("the original stopped too: %v", err)
+	}
+}
+
+// TestTwoRaftGroupsOfOneClusterIDRankAndTheLowerStops: the copy of a lone
+// seed grows a group of its own, then leaves it, so no node identity runs
+// in both groups when they meet: nothing is a copy. Each leader sees the
+// other group's members, which its configuration does not list, follow a
+// leader outside it; the groups rank (forkRanks: the larger group keeps
+// serving), the smaller one's leader stops and tells its members, and they
+// stop too. Before, both groups went on issuing the same slots.
+func TestTwoRaftGroupsOfOneClusterIDRankAndTheLowerStops(t *testing.T) {
+	tc, a, b, c, twin, x, y := twoGrownGroups(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := twin.Leave(ctx); err != nil {
+		t.Fatalf("the copy leaves its group: %v", err)
+	}
+	tc.stop("copy")
+	waitVoters(t, x, 2)
+	waitReady(t, x)
+	waitReady(t, y)
+	forkIDs := map[int64]string{}
+	for _, n := range []*Node{x, y} {
+		for _, id := range tc.mint(n, 2048) {
+			forkIDs[id] = n.Name()
+		}
+	}
+
+	if _, err := x.Join([]string{tc.specs["b"].cfg.GossipAddr}); err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, 60*time.Second, "the smaller group, x and y, to stop", func() bool {
+		return x.Conflict() != nil && y.Conflict() != nil
+	})
+	t.Logf("x: %v", x.Conflict())
+	t.Logf("y: %v", y.Conflict())
+	for _, n := range []*Node{a, b, c} {
+		if err := n.Conflict(); err != nil {
+			t.Fatalf("%s, of the larger group, stopped: %v", n.Name(), err)
+		}
+	}
+	issuesNoneOf(t, tc, []*Node{a, b, c}, []*Node{x, y}, forkIDs)
+}
+
+// TestForkRanks: of two Raft groups with one cluster ID, exactly one stops,
+// whichever side decides: the larger group keeps serving, then the one with
+// clearly more history, then the leader address that sorts first.
+func TestForkRanks(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		a, b   forkSide
+		aStops bool
+	}{
+		{"more voters wins", forkSide{3, 100, "b:1"}, forkSide{2, 5000, "a:1"}, false},
+		{"clearly more history wins", forkSide{3, 100, "a:1"}, forkSide{3, 216, "b:1"}, true},
+		{"close histories: the address decides", forkSide{3, 100, "a:1"}, forkSide{3, 150, "b:1"}, false},
+	} {
+		if got := forkRanks(c.a, c.b); got != c.aStops {
+			t.Errorf("%s: a stops %v, want %v", c.name, got, c.aStops)
+		}
+		if got := forkRanks(c.b, c.a); got == c.aStops {
+			t.Errorf("%s: b stops %v too: both sides reach the same answer", c.name, got)
+		}
 	}
 }
