@@ -20,6 +20,13 @@ import (
 // fallbacks of failed UDP probes, a few per node at a time.
 const gossipMaxStreams = 128
 
+// gossipMaxStreamsPerAddr caps the streams one remote address may hold
+// open at once, so that one stranger cannot take every slot from the
+// node's peers (it could, redialling each one the deadline closes). A peer
+// holds one or two at a time (a push/pull, a fallback probe); 16 leaves
+// room for several nodes behind one address.
+const gossipMaxStreamsPerAddr = 16
+
 // gossipStreamBudget is how many bytes one inbound gossip stream may send.
 // memberlist reads a stream's whole message before it decrypts it (and
 // takes up to 20 MiB for a push/pull), so without a budget anyone who can
@@ -45,12 +52,15 @@ type cappedTransport struct {
 	wg      sync.WaitGroup
 	refused *door.RateLog
 	counts  *door.Counts
+	mu      sync.Mutex
+	byPeer  map[string]int // open streams per remote address (door.Peer)
 }
 
 // The gossip port's bounds, as idgen_door_refused_total names them.
 const (
-	boundGossipStreams = "gossip_streams"
-	boundGossipBudget  = "gossip_stream_budget"
+	boundGossipStreams        = "gossip_streams"
+	boundGossipStreamsPerAddr = "gossip_streams_per_address"
+	boundGossipBudget         = "gossip_stream_budget"
 )
 
 // capGossipStreams makes mc use a NetTransport on mc's bind address with
@@ -81,6 +91,7 @@ func capGossipStreams(mc *memberlist.Config, max int, refusals *door.RateLog, co
 		stopped:      make(chan struct{}),
 		refused:      refusals,
 		counts:       counts,
+		byPeer:       map[string]int{},
 	}
 	t.wg.Add(1)
 	go t.relay()
@@ -107,17 +118,26 @@ func (t *cappedTransport) relay() {
 			continue
 		default:
 		}
+		remote := c.RemoteAddr()
+		peer := door.Peer(remote)
+		if !t.takePeer(peer) {
+			c.Close()
+			t.counts.Add(boundGossipStreamsPerAddr)
+			t.refused.Log(slog.LevelWarn, "cap_per_address", peer, "refused a gossip stream: its address holds its cap of open streams",
+				"remote", fmt.Sprint(remote), "cap", gossipMaxStreamsPerAddr)
+			continue
+		}
 		select {
 		case t.slots <- struct{}{}:
 		default:
-			remote := c.RemoteAddr()
+			t.freePeer(peer)
 			c.Close()
 			t.counts.Add(boundGossipStreams)
-			t.refused.Log(slog.LevelWarn, "cap", door.Peer(remote), "refused a gossip stream: the port holds its cap of open streams",
+			t.refused.Log(slog.LevelWarn, "cap", peer, "refused a gossip stream: the port holds its cap of open streams",
 				"remote", fmt.Sprint(remote), "cap", cap(t.slots))
 			continue
 		}
-		sc := &slotConn{Conn: c, free: func() { <-t.slots }, budget: gossipStreamBudget, over: func() {
+		sc := &slotConn{Conn: c, free: func() { <-t.slots; t.freePeer(peer) }, budget: gossipStreamBudget, over: func() {
 			t.counts.Add(boundGossipBudget)
 			t.refused.Log(slog.LevelWarn, "budget", door.Peer(c.RemoteAddr()), "closed a gossip stream that sent more than its budget",
 				"remote", fmt.Sprint(c.RemoteAddr()), "budget_bytes", gossipStreamBudget)
@@ -127,6 +147,26 @@ func (t *cappedTransport) relay() {
 		case <-t.done:
 			sc.Close()
 		}
+	}
+}
+
+// takePeer counts a new stream from peer, unless peer holds its cap.
+func (t *cappedTransport) takePeer(peer string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.byPeer[peer] >= gossipMaxStreamsPerAddr {
+		return false
+	}
+	t.byPeer[peer]++
+	return true
+}
+
+// freePeer uncounts one of peer's streams.
+func (t *cappedTransport) freePeer(peer string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.byPeer[peer]--; t.byPeer[peer] <= 0 {
+		delete(t.byPeer, peer)
 	}
 }
 

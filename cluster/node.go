@@ -351,7 +351,7 @@ func Open(cfg Config) (*Node, error) {
 	// append to it while it has none (raftGreeter.admits).
 	alone := cfg.BootstrapExpect == 1 && len(cfg.Join) == 0
 	n.doors = door.NewCounts(boundRaftConns, boundRaftHandshakes, boundRaftTimeout, boundRaftTLS, boundRaftGreeting, boundRaftOtherCluster, boundRaftIdentity,
-		boundGossipStreams, boundGossipBudget)
+		boundGossipStreams, boundGossipStreamsPerAddr, boundGossipBudget)
 	n.rs, err = openRaft(&n.cfg, id, n.fsm, raftGreeter{own: n.ownCluster, alone: func() bool { return alone }}, n.doors, logger)
 	if err != nil {
 		return nil, err

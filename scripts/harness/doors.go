@@ -47,15 +47,25 @@ func DialFrom(t testing.TB, ip, addr string) net.Conn {
 
 // AwaitClosed reads from every connection until the other end closes it or
 // the deadline passes, and returns how many were closed and how many were
-// still open at the deadline.
+// still open at the deadline. It closes them all then.
 func AwaitClosed(conns []net.Conn, deadline time.Time) (closed, open int) {
+	closed, open = CountClosed(conns, deadline)
+	for _, c := range conns {
+		c.Close()
+	}
+	return closed, open
+}
+
+// CountClosed is AwaitClosed without closing: those still open stay open,
+// holding whatever they hold on the other end.
+func CountClosed(conns []net.Conn, deadline time.Time) (closed, open int) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, c := range conns {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer c.Close()
+			defer c.SetReadDeadline(time.Time{})
 			_ = c.SetReadDeadline(deadline)
 			buf := make([]byte, 512)
 			for {
