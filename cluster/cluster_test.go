@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -326,4 +327,74 @@ func TestLaggingNodeCatchesUpFromSnapshot(t *testing.T) {
 	})
 	tc.issue(n, 1000)
 	tc.checkContainment()
+}
+
+// TestForwardToADeadLeaderEndsWhenRaftMovesOn: a follower's command
+// forwarded to a leader that died waits on a dial nothing answers (a killed
+// container's address) until the command's deadline, even after the
+// follower's Raft has noticed and named a new leader. Every member's Reserve
+// did (2 s), so after `docker kill` of the leader no node issued for 2 s
+// whenever the next leader took less (scripts/chaos-docker: each member out
+// of room for 1.95-2.10 s, new leaders elected 0.1-1.8 s after the kill). The
+// forward ends once this node's Raft no longer names the leader it went to.
+func TestForwardToADeadLeaderEndsWhenRaftMovesOn(t *testing.T) {
+	tc := startThree(t)
+	var lead string
+	harness.WaitFor(t, 10*time.Second, "a leader", func() bool { lead = leaderOf(tc, "a", "b", "c"); return lead != "" })
+	var follower *Node
+	for _, name := range []string{"a", "b", "c"} {
+		if name == lead {
+			continue
+		}
+		harness.WaitFor(t, 10*time.Second, name+" to know the leader", func() bool {
+			_, id := tc.node(name).rs.raft.LeaderWithID()
+			return string(id) == tc.node(lead).ID()
+		})
+		follower = tc.node(name)
+		break
+	}
+	tc.fwd.blackHole(tc.specs[lead].cfg.GRPCAddr)
+
+	// A deadline far past the test's waits: only a leader change can end
+	// the forward in time.
+	waiting := make(chan struct{})
+	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), holeCall{}, waiting), 10*time.Minute)
+	defer cancel()
+	type answer struct {
+		err error
+		at  time.Time
+	}
+	done := make(chan answer, 1)
+	go func() {
+		_, err := follower.propose(ctx, command{Type: cmdReserve, NodeID: follower.ID(), Slot: follower.Status().Slot,
+			Tenure: follower.tenure.Load(), UpTo: 1})
+		done <- answer{err, time.Now()}
+	}()
+	select {
+	case <-waiting:
+	case a := <-done:
+		t.Fatalf("the forward to the black-holed leader ended before the leader died: %v", a.err)
+	case <-time.After(harness.Scale(10 * time.Second)):
+		t.Fatalf("the forward never reached the black-holed leader%s", harness.SlowdownNote())
+	}
+
+	stopped := time.Now()
+	tc.stop(lead)
+	harness.WaitFor(t, 20*time.Second, follower.Name()+"'s raft to stop naming the dead leader", func() bool {
+		_, id := follower.rs.raft.LeaderWithID()
+		return string(id) != tc.specs[lead].node.ID()
+	})
+	var a answer
+	select {
+	case a = <-done:
+	case <-time.After(harness.Scale(5 * time.Second)):
+		t.Fatalf("the forward to the dead leader still waits %s after %s's raft stopped naming it%s",
+			harness.Scale(5*time.Second), follower.Name(), harness.SlowdownNote())
+	}
+	if !errors.Is(a.err, ErrNotLeader) {
+		t.Fatalf("the forward ended with %v, want an error that is ErrNotLeader (the caller retries at once)", a.err)
+	}
+	t.Logf("forward ended %s after the leader stopped: %v", a.at.Sub(stopped).Round(time.Millisecond), a.err)
+	// And the follower issues again under the next leader.
+	waitReady(t, follower)
 }

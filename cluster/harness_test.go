@@ -20,12 +20,37 @@ import (
 type localForwarder struct {
 	mu     sync.Mutex
 	byAddr map[string]*Node
+	// holes are addresses where a forward waits until its context ends,
+	// as a dial to the address of a container that was killed does (no
+	// host answers, not even with a refusal); a forward whose context
+	// carries holeCall signals its channel once it waits there.
+	holes map[string]bool
+}
+
+// holeCall marks a forward's context for localForwarder's holes.
+type holeCall struct{}
+
+// blackHole makes every forward to addr wait until its context ends.
+func (f *localForwarder) blackHole(addr string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.holes == nil {
+		f.holes = map[string]bool{}
+	}
+	f.holes[addr] = true
 }
 
 func (f *localForwarder) Forward(ctx context.Context, addr string, cmd []byte) ([]byte, error) {
 	f.mu.Lock()
-	n := f.byAddr[addr]
+	n, hole := f.byAddr[addr], f.holes[addr]
 	f.mu.Unlock()
+	if hole {
+		if waiting, ok := ctx.Value(holeCall{}).(chan struct{}); ok {
+			close(waiting)
+		}
+		<-ctx.Done()
+		return nil, fmt.Errorf("forward to %s: %w while waiting for connections to become ready", addr, context.Cause(ctx))
+	}
 	if n == nil {
 		return nil, fmt.Errorf("forward to %s: connection refused", addr)
 	}
