@@ -181,6 +181,10 @@ func (tc *testCluster) start(name string) *Node {
 	}
 	s.node = n
 	tc.fwd.set(s.cfg.GRPCAddr, n)
+	// Closed before the test's temporary dirs made so far are removed
+	// (cleanups run last first): a running node writes into its data dir
+	// (APPLIED every second), and a removal racing it fails the test.
+	tc.t.Cleanup(func() { n.Close() })
 	return n
 }
 
