@@ -90,6 +90,32 @@ type foreignBook struct {
 	proofs map[string]foreignProof
 	first  map[string]time.Time // when each member was first proven
 	retry  map[string]time.Time
+	// forkSince: since when each member has answered, without a break, as
+	// a serving member of another log of this cluster ID (forks.go).
+	forkSince map[string]time.Time
+}
+
+// put records p, the answer of member id at now.
+func (b *foreignBook) put(id string, p foreignProof, now time.Time) {
+	prev, known := b.proofs[id]
+	if !known {
+		b.first[id] = now
+	}
+	b.proofs[id] = p
+	b.noteFork(id, p.fork && p.serving, known && prev.fork && prev.serving && now.Sub(prev.at) <= forkSightingGap, now)
+}
+
+// noteFork keeps forkSince: a sighting of a serving member of another log
+// (fork) starts the count unless the last answer was one too (unbroken);
+// any other answer ends it.
+func (b *foreignBook) noteFork(id string, fork, unbroken bool, now time.Time) {
+	if !fork {
+		delete(b.forkSince, id)
+		return
+	}
+	if _, ok := b.forkSince[id]; !ok || !unbroken {
+		b.forkSince[id] = now
+	}
 }
 
 // forkOf reports whether a member of this cluster ID that this leader's
@@ -156,7 +182,7 @@ func (n *Node) proveForeign(own string) []foreignProof {
 	b := &n.foreign
 	b.mu.Lock()
 	if b.proofs == nil {
-		b.proofs, b.retry, b.first = map[string]foreignProof{}, map[string]time.Time{}, map[string]time.Time{}
+		b.proofs, b.retry, b.first, b.forkSince = map[string]foreignProof{}, map[string]time.Time{}, map[string]time.Time{}, map[string]time.Time{}
 	}
 	for id, m := range n.gossip.snapshot() {
 		_, listed := servers[id]
@@ -184,15 +210,13 @@ func (n *Node) proveForeign(own string) []foreignProof {
 		fork := st.ClusterID == own && forkOf(st, servers, known && b.proofs[k.id].fork)
 		if a.err != nil || st.ID != k.id || st.ClusterID == "" || st.ClusterID == own && !fork || st.ClusterID != m.Meta.ClusterID {
 			b.retry[k.id] = now.Add(foreignRetry)
+			b.noteFork(k.id, false, false, now)
 			continue
 		}
 		p := proofFrom(st, k.addr, now)
 		p.fork = fork
 		p.created = m.Meta.Created
-		if _, known := b.proofs[k.id]; !known {
-			b.first[k.id] = now
-		}
-		b.proofs[k.id] = p
+		b.put(k.id, p, now)
 	}
 	out := make([]foreignProof, 0, len(b.proofs))
 	for _, p := range b.proofs {

@@ -29,8 +29,15 @@ import (
 // answers, so the two leaders reach opposite answers.
 
 // forkConfirm: how long a member of another log must have been seen
-// following a leader outside this configuration before the groups rank.
-const forkConfirm = 5 * time.Second
+// following a leader outside this configuration, in answers no more than
+// forkSightingGap apart and while this node led throughout, before the
+// groups rank. A member of this group seen so only for a moment (removed
+// with its leader, and not yet told), or seen by a leader that was paused
+// and deposed, never stops a group.
+const (
+	forkConfirm     = 5 * time.Second
+	forkSightingGap = 3 * copyRecheck
+)
 
 // forkSide is what ranks one Raft group against another of its cluster ID.
 type forkSide struct {
@@ -69,12 +76,19 @@ func (n *Node) checkForks() {
 			return
 		}
 	}
+	confirm := forkConfirm
+	if n.cfg.forkConfirm > 0 {
+		confirm = n.cfg.forkConfirm
+	}
 	mine := forkSide{voters: n.voters(), history: n.history(), leaderAddr: n.cfg.RaftAdvertise}
+	led := time.Unix(0, n.ledSince.Load())
 	b := &n.foreign
 	b.mu.Lock()
 	var lose *foreignProof
 	for id, p := range b.proofs {
-		if !p.fork || !p.serving || p.leaderAddr == "" || now.Sub(p.at) > 3*copyRecheck || now.Sub(b.first[id]) < forkConfirm {
+		since, seen := b.forkSince[id]
+		if !seen || !p.fork || !p.serving || p.leaderAddr == "" || now.Sub(p.at) > forkSightingGap || now.Sub(since) < confirm ||
+			n.ledSince.Load() == 0 || since.Before(led) {
 			continue
 		}
 		if forkRanks(mine, forkSide{voters: p.voters, history: p.history, leaderAddr: p.leaderAddr}) {

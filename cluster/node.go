@@ -105,6 +105,8 @@ type Config struct {
 	// claiming: a voter that holds no slot (a standby of a release before
 	// protocol 2, or one refused every claim).
 	neverClaim bool
+	// forkConfirm, set only by this package's tests, replaces forkConfirm.
+	forkConfirm time.Duration
 }
 
 // Defaults for the tuning settings (cluster/DESIGN.md says why).

@@ -96,11 +96,14 @@ func grownOriginalAndCopy(t *testing.T) (tc *testCluster, a, b, c, twin *Node) {
 
 // twoGrownGroups is grownOriginalAndCopy with the copy grown into a group
 // of three as well, by fresh nodes x and y that know only the copy.
-func twoGrownGroups(t *testing.T) (tc *testCluster, a, b, c, twin, x, y *Node) {
+func twoGrownGroups(t *testing.T, opts ...func(*Config)) (tc *testCluster, a, b, c, twin, x, y *Node) {
 	t.Helper()
 	tc, a, b, c, twin = grownOriginalAndCopy(t)
-	tc.add("x", 0, "copy")
-	tc.add("y", 0, "copy")
+	for _, s := range []*nodeSpec{tc.add("x", 0, "copy"), tc.add("y", 0, "copy")} {
+		for _, o := range opts {
+			o(&s.cfg)
+		}
+	}
 	x, y = tc.start("x"), tc.start("y")
 	waitVoters(t, twin, 3)
 	waitReady(t, x)
@@ -818,6 +821,11 @@ func TestAGroupBetweenLeadersDoesNotLoseToALoneCopy(t *testing.T) {
 // leader outside it; the groups rank (forkRanks: the larger group keeps
 // serving), the smaller one's leader stops and tells its members, and they
 // stop too. Before, both groups went on issuing the same slots.
+//
+// Every node of both groups draws IDs throughout. Until a group's leader
+// has proven a member of the other, the two groups issue the same slots
+// at the same times (that is the meeting's window, and this test allows
+// it); from a second after both leaders have, no ID repeats.
 func TestTwoRaftGroupsOfOneClusterIDRankAndTheLowerStops(t *testing.T) {
 	tc, a, b, c, twin, x, y := twoGrownGroups(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -829,19 +837,16 @@ func TestTwoRaftGroupsOfOneClusterIDRankAndTheLowerStops(t *testing.T) {
 	waitVoters(t, x, 2)
 	waitReady(t, x)
 	waitReady(t, y)
-	forkIDs := map[int64]string{}
-	for _, n := range []*Node{x, y} {
-		for _, id := range tc.mint(n, 2048) {
-			forkIDs[id] = n.Name()
-		}
-	}
 
+	d := drawThroughout(t, a, b, c, x, y)
+	met := time.Now()
 	if _, err := x.Join([]string{tc.specs["b"].cfg.GossipAddr}); err != nil {
 		t.Fatal(err)
 	}
 	harness.WaitFor(t, 60*time.Second, "the smaller group, x and y, to stop", func() bool {
 		return x.Conflict() != nil && y.Conflict() != nil
 	})
+	d.stop()
 	t.Logf("x: %v", x.Conflict())
 	t.Logf("y: %v", y.Conflict())
 	for _, n := range []*Node{a, b, c} {
@@ -849,7 +854,104 @@ func TestTwoRaftGroupsOfOneClusterIDRankAndTheLowerStops(t *testing.T) {
 			t.Fatalf("%s, of the larger group, stopped: %v", n.Name(), err)
 		}
 	}
+	// Leadership may have moved within either group: each side's first
+	// proof is the earliest any of its nodes holds.
+	proven, theirs := firstForkProof(t, a, b, c), firstForkProof(t, x, y)
+	if theirs.After(proven) {
+		proven = theirs
+	}
+	t.Logf("the groups proved each other %v and %v after the meeting began; %d IDs drawn, %d twice before that",
+		firstForkProof(t, a, b, c).Sub(met), theirs.Sub(met), len(d.ids), len(d.dups))
+	for _, dup := range d.dups {
+		if dup.at.After(proven.Add(time.Second)) {
+			t.Errorf("ID %d drawn from %s and %s, the second %v after both leaders proved the other group",
+				dup.id, dup.first, dup.second, dup.at.Sub(proven))
+		}
+	}
+	forkIDs := map[int64]string{}
+	for id, who := range d.ids {
+		if who == "x" || who == "y" {
+			forkIDs[id] = who
+		}
+	}
 	issuesNoneOf(t, tc, []*Node{a, b, c}, []*Node{x, y}, forkIDs)
+}
+
+// firstForkProof is when the first of nodes first proved, as a leader, a
+// member of another log of its cluster ID.
+func firstForkProof(t *testing.T, nodes ...*Node) time.Time {
+	t.Helper()
+	var first time.Time
+	for _, n := range nodes {
+		b := &n.foreign
+		b.mu.Lock()
+		for id, p := range b.proofs {
+			if at := b.first[id]; p.fork && (first.IsZero() || at.Before(first)) {
+				first = at
+			}
+		}
+		b.mu.Unlock()
+	}
+	if first.IsZero() {
+		t.Fatalf("none of %d nodes proved a member of another log", len(nodes))
+	}
+	return first
+}
+
+// draws is what drawThroughout's nodes drew: each ID's first drawer, and every
+// ID drawn a second time.
+type draws struct {
+	mu   sync.Mutex
+	ids  map[int64]string
+	dups []drawnTwice
+	stop func()
+}
+
+type drawnTwice struct {
+	id            int64
+	first, second string
+	at            time.Time // of the second draw
+}
+
+// drawThroughout has every node draw batches of 64 IDs, each a few milliseconds
+// after the last, until stop; failed draws are retried.
+func drawThroughout(t *testing.T, nodes ...*Node) *draws {
+	d := &draws{ids: map[int64]string{}}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				got, _, err := n.NextBatch(ctx, 64)
+				cancel()
+				if err != nil {
+					continue
+				}
+				now := time.Now()
+				d.mu.Lock()
+				for _, id := range got {
+					if prev, dup := d.ids[id]; dup {
+						d.dups = append(d.dups, drawnTwice{id, prev, n.Name(), now})
+						continue
+					}
+					d.ids[id] = n.Name()
+				}
+				d.mu.Unlock()
+			}
+		}()
+	}
+	var once sync.Once
+	d.stop = func() { once.Do(func() { close(done); wg.Wait() }) }
+	t.Cleanup(d.stop)
+	return d
 }
 
 // TestForkRanks: of two Raft groups with one cluster ID, exactly one stops,
@@ -871,5 +973,52 @@ func TestForkRanks(t *testing.T) {
 		if got := forkRanks(c.b, c.a); got == c.aStops {
 			t.Errorf("%s: b stops %v too: both sides reach the same answer", c.name, got)
 		}
+	}
+}
+
+// TestForkSightingMustBeUnbroken: a member of another log counts toward
+// forkConfirm only while its answers say so without a break: an answer
+// that says otherwise, or a silence longer than forkSightingGap, starts the
+// count again. Before, the count ran from the member's first proof ever,
+// so a member seen once long ago confirmed a fork on its next sighting.
+func TestForkSightingMustBeUnbroken(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	fork := foreignProof{id: "m", fork: true, serving: true}
+	other := foreignProof{id: "m", serving: true}
+	for _, c := range []struct {
+		name  string
+		steps []foreignProof // one answer a second, from t0
+		since int            // the second forkSince should hold, -1 for none
+	}{
+		{"unbroken", []foreignProof{fork, fork, fork, fork}, 0},
+		{"an answer of this log in between", []foreignProof{fork, fork, other, fork, fork}, 3},
+		{"ends with an answer of this log", []foreignProof{fork, fork, other}, -1},
+		{"a stopped member is not counted", []foreignProof{fork, {id: "m", fork: true}, fork}, 2},
+	} {
+		b := &foreignBook{proofs: map[string]foreignProof{}, first: map[string]time.Time{}, forkSince: map[string]time.Time{}}
+		for i, p := range c.steps {
+			at := t0.Add(time.Duration(i) * time.Second)
+			p.at = at
+			b.put("m", p, at)
+		}
+		got, ok := b.forkSince["m"]
+		switch {
+		case c.since < 0 && ok:
+			t.Errorf("%s: counting since %v, want no count", c.name, got.Sub(t0))
+		case c.since >= 0 && (!ok || !got.Equal(t0.Add(time.Duration(c.since)*time.Second))):
+			t.Errorf("%s: counting since %v (%v), want %ds", c.name, got.Sub(t0), ok, c.since)
+		}
+	}
+
+	// A silence longer than the gap starts the count again.
+	b := &foreignBook{proofs: map[string]foreignProof{}, first: map[string]time.Time{}, forkSince: map[string]time.Time{}}
+	p := fork
+	p.at = t0
+	b.put("m", p, t0)
+	later := t0.Add(forkSightingGap + time.Second)
+	p.at = later
+	b.put("m", p, later)
+	if got := b.forkSince["m"]; !got.Equal(later) {
+		t.Errorf("after a silence of %v: counting since %v, want since the new answer", forkSightingGap+time.Second, got.Sub(t0))
 	}
 }
