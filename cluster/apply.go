@@ -370,6 +370,13 @@ func (n *Node) quorumSurvives(cfg raft.Configuration, id string) bool {
 // Leave releases the slot, hands off leadership, has the leader take this
 // node out of Raft and the state, leaves gossip and shuts the node down.
 func (n *Node) Leave(ctx context.Context) error {
+	// The only voter that leaves strands its non-voters for good: they
+	// cannot elect a leader, and nothing can promote or remove anyone. It
+	// is refused before anything changes.
+	if others := n.otherServers(); others > 0 && n.otherVoters() == 0 {
+		return fmt.Errorf("%w: this node is its cluster's only voter, and its %d non-voter(s) cannot elect a leader without it; "+
+			"wait until one is promoted (idctl members shows each role), or remove them first", ErrQuorum, others)
+	}
 	if !n.leaving.CompareAndSwap(false, true) {
 		return errors.New("already leaving")
 	}
@@ -427,13 +434,21 @@ func retry(ctx context.Context, every time.Duration, f func() error) error {
 }
 
 func (n *Node) otherVoters() int {
+	return n.otherServersWhere(func(s raft.Server) bool { return s.Suffrage == raft.Voter })
+}
+
+func (n *Node) otherServers() int { return n.otherServersWhere(func(raft.Server) bool { return true }) }
+
+// otherServersWhere counts the servers of this node's Raft configuration,
+// other than itself, for which keep holds.
+func (n *Node) otherServersWhere(keep func(raft.Server) bool) int {
 	cf := n.rs.raft.GetConfiguration()
 	if cf.Error() != nil {
 		return 0
 	}
 	c := 0
 	for _, s := range cf.Configuration().Servers {
-		if string(s.ID) != n.id && s.Suffrage == raft.Voter {
+		if string(s.ID) != n.id && keep(s) {
 			c++
 		}
 	}

@@ -3,9 +3,12 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/idgen/idgen/generator"
 	"github.com/idgen/idgen/scripts/harness"
@@ -273,4 +276,35 @@ func TestSkewedLeaderHandsOff(t *testing.T) {
 		return strings.Contains(reason, "clock skew")
 	})
 	tc.checkContainment()
+}
+
+// TestOnlyVoterCannotLeaveItsNonVoters: a seed whose joiners are still
+// non-voters is its cluster's only voter. Its leave is refused, saying
+// why, and changes nothing: it keeps leading and issuing. Before, the leave
+// went through without taking it out of Raft (there was no other voter to
+// do it), and the non-voters stayed without a leader for good (the sixth
+// outside attack, with `idctl leave`).
+func TestOnlyVoterCannotLeaveItsNonVoters(t *testing.T) {
+	tc := newTestCluster(t)
+	tc.add("a", 1)
+	a := tc.start("a")
+	waitReady(t, a)
+	// A non-voter the leader will not promote: nothing answers at its address.
+	ghost := fmt.Sprintf("127.0.0.1:%d", harness.NextPort(t))
+	if err := a.rs.raft.AddNonvoter("ghost", raft.ServerAddress(ghost), 0, 5*time.Second).Error(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := a.Leave(ctx)
+	if !errors.Is(err, ErrQuorum) || !strings.Contains(err.Error(), "only voter") {
+		t.Fatalf("the only voter's leave: %v, want a refusal that says it is the only voter", err)
+	}
+	select {
+	case <-a.Done():
+		t.Fatal("the refused leave shut the node down")
+	default:
+	}
+	waitReady(t, a)
+	tc.issue(a, 100)
 }
