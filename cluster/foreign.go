@@ -59,8 +59,9 @@ type foreignProof struct {
 	addr    string
 	// voters: how many voters its Raft configuration has (0: unknown).
 	voters int
-	// leaderAddr: the Raft address of the leader it follows ("" for none).
-	leaderAddr string
+	// leaderID and leaderAddr: the ID and Raft address of the leader it
+	// follows ("" for none).
+	leaderID, leaderAddr string
 	// fork: a member of this very cluster ID that is not in this leader's
 	// Raft configuration and follows a leader outside it: a member of
 	// another log with this cluster's ID (a copy's Raft group). It is
@@ -93,6 +94,18 @@ type foreignBook struct {
 	// forkSince: since when each member has answered, without a break, as
 	// a serving member of another log of this cluster ID (forks.go).
 	forkSince map[string]time.Time
+	// losing: since when, check after check, this node's group has ranked
+	// below the group of each such member (forkVerdict).
+	losing map[string]time.Time
+}
+
+// sightingGap: the longest silence after p that still counts as an
+// unbroken sighting: three of the intervals p is asked at.
+func (p foreignProof) sightingGap() time.Duration { return 3 * p.freshFor() }
+
+func (b *foreignBook) init() {
+	b.proofs, b.retry, b.first = map[string]foreignProof{}, map[string]time.Time{}, map[string]time.Time{}
+	b.forkSince, b.losing = map[string]time.Time{}, map[string]time.Time{}
 }
 
 // put records p, the answer of member id at now.
@@ -102,7 +115,7 @@ func (b *foreignBook) put(id string, p foreignProof, now time.Time) {
 		b.first[id] = now
 	}
 	b.proofs[id] = p
-	b.noteFork(id, p.fork && p.serving, known && prev.fork && prev.serving && now.Sub(prev.at) <= forkSightingGap, now)
+	b.noteFork(id, p.fork && p.serving, known && prev.fork && prev.serving && now.Sub(prev.at) <= prev.sightingGap(), now)
 }
 
 // noteFork keeps forkSince: a sighting of a serving member of another log
@@ -182,7 +195,7 @@ func (n *Node) proveForeign(own string) []foreignProof {
 	b := &n.foreign
 	b.mu.Lock()
 	if b.proofs == nil {
-		b.proofs, b.retry, b.first, b.forkSince = map[string]foreignProof{}, map[string]time.Time{}, map[string]time.Time{}, map[string]time.Time{}
+		b.init()
 	}
 	for id, m := range n.gossip.snapshot() {
 		_, listed := servers[id]

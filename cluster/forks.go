@@ -28,28 +28,32 @@ import (
 // quorum, is of another log. The ranks are read from both sides' own
 // answers, so the two leaders reach opposite answers.
 
-// forkConfirm: how long a member of another log must have been seen
-// following a leader outside this configuration, in answers no more than
-// forkSightingGap apart and while this node led throughout, before the
-// groups rank. A member of this group seen so only for a moment (removed
-// with its leader, and not yet told), or seen by a leader that was paused
-// and deposed, never stops a group.
-const (
-	forkConfirm     = 5 * time.Second
-	forkSightingGap = 3 * copyRecheck
-)
+// forkConfirm: how long this node's group must have ranked below another
+// group of its cluster ID, on every check, before it stops. The ranking
+// counts only while a member of the other group and that group's leader
+// both answer, without a break (answers at most three of their probe
+// intervals apart, sightingGap), as serving members of another log, and
+// only while this node has led throughout. A member of this group seen so
+// only for a moment (removed with its leader, and not yet told), a leader
+// that was paused and deposed meanwhile, inputs read at different moments
+// (a promotion between the two sides' answers), and a group whose leader
+// stopped (whatever its older members say) stop nothing.
+const forkConfirm = 5 * time.Second
 
 // forkSide is what ranks one Raft group against another of its cluster ID.
 type forkSide struct {
 	voters     int
 	history    uint64 // coarse applied index
-	leaderAddr string // the group leader's Raft address
+	leaderID   string // the group leader's node ID
+	leaderAddr string // and its Raft address, for the operator
 }
 
 // forkRanks reports whether the group mine stops when it meets the group
 // other (both serving): the larger group keeps serving; between groups of
 // one size, the one with clearly more history (clusterAge's rule); else the
-// one whose leader's Raft address sorts first. A pure decision.
+// one whose leader's node ID sorts first (each side reads both IDs in one
+// form, unlike addresses, which a node may advertise as a name and its
+// group record as an IP). A pure decision.
 func forkRanks(mine, other forkSide) (stop bool) {
 	switch {
 	case mine.voters != other.voters:
@@ -58,47 +62,76 @@ func forkRanks(mine, other forkSide) (stop bool) {
 		return true
 	case mine.history >= 2*other.history+historyMargin:
 		return false
+	case mine.leaderID != other.leaderID:
+		return mine.leaderID > other.leaderID
 	}
 	return mine.leaderAddr > other.leaderAddr
 }
 
-// checkForks is the leader's side: it ranks its group against each member
-// of another log that has been proven long enough, and stops the group if
-// it ranks lower. A copy of an identity in both groups decides first
-// (twins.go): while this node holds a recent proof of a copy, it waits.
+// forkVerdict is the leader's decision over its book (b.mu held): the
+// member of another log whose group this node's group (mine) has ranked
+// below on every check for confirm, counted from the latest of when the
+// ranking began, when the member's unbroken sighting began, and led (when
+// this node last became the leader). It keeps b.losing.
+func (b *foreignBook) forkVerdict(mine forkSide, led time.Time, confirm time.Duration, now time.Time) (foreignProof, bool) {
+	serving := func(p foreignProof) bool {
+		return p.fork && p.serving && now.Sub(p.at) <= p.sightingGap()
+	}
+	for id, p := range b.proofs {
+		since, seen := b.forkSince[id]
+		leader, known := b.proofs[p.leaderID]
+		other := forkSide{voters: p.voters, history: p.history, leaderID: p.leaderID, leaderAddr: p.leaderAddr}
+		if !seen || p.leaderID == "" || !serving(p) || !known || !serving(leader) || !forkRanks(mine, other) {
+			delete(b.losing, id)
+			continue
+		}
+		from, ok := b.losing[id]
+		if !ok {
+			from = now
+			b.losing[id] = now
+		}
+		for _, t := range []time.Time{since, led} {
+			if t.After(from) {
+				from = t
+			}
+		}
+		if now.Sub(from) >= confirm {
+			return p, true
+		}
+	}
+	return foreignProof{}, false
+}
+
+// checkForks is the leader's side: it stops the group once forkVerdict
+// says so. A copy of an identity in both groups decides first (twins.go):
+// while a copy this node proved served within foreignConflictTTL, it
+// waits (the copies' decision, and the losing group's following it, take
+// a few seconds, and forkRanks might answer otherwise meanwhile); a copy
+// that stopped long ago and lingers does not keep it waiting.
 func (n *Node) checkForks() {
 	if n.Conflict() != nil || n.rs.raft.State() != raft.Leader {
 		return
 	}
 	now := time.Now()
 	for _, p := range n.copies.copies() {
-		if now.Sub(p.at) < foreignConflictTTL {
-			return
+		if p.serving && now.Sub(p.at) < foreignConflictTTL {
+			n.copyServed = now
 		}
 	}
-	confirm := forkConfirm
-	if n.cfg.forkConfirm > 0 {
-		confirm = n.cfg.forkConfirm
+	led := n.ledSince.Load()
+	if now.Sub(n.copyServed) < foreignConflictTTL || led == 0 {
+		return
 	}
-	mine := forkSide{voters: n.voters(), history: n.history(), leaderAddr: n.cfg.RaftAdvertise}
-	led := time.Unix(0, n.ledSince.Load())
+	mine := forkSide{voters: n.voters(), history: n.history(), leaderID: n.id, leaderAddr: n.cfg.RaftAdvertise}
 	b := &n.foreign
 	b.mu.Lock()
-	var lose *foreignProof
-	for id, p := range b.proofs {
-		since, seen := b.forkSince[id]
-		if !seen || !p.fork || !p.serving || p.leaderAddr == "" || now.Sub(p.at) > forkSightingGap || now.Sub(since) < confirm ||
-			n.ledSince.Load() == 0 || since.Before(led) {
-			continue
-		}
-		if forkRanks(mine, forkSide{voters: p.voters, history: p.history, leaderAddr: p.leaderAddr}) {
-			lose = &p
-			break
-		}
+	if b.proofs == nil {
+		b.init()
 	}
+	lose, ok := b.forkVerdict(mine, time.Unix(0, led), forkConfirm, now)
 	b.mu.Unlock()
-	if lose != nil {
-		n.stopForGood(forkAdvice(*lose, mine), false, lose.addr, n.cfg.GRPCAddr)
+	if ok {
+		n.stopForGood(forkAdvice(lose, mine), false, lose.addr, n.cfg.GRPCAddr)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -105,8 +106,6 @@ type Config struct {
 	// claiming: a voter that holds no slot (a standby of a release before
 	// protocol 2, or one refused every claim).
 	neverClaim bool
-	// forkConfirm, set only by this package's tests, replaces forkConfirm.
-	forkConfirm time.Duration
 }
 
 // Defaults for the tuning settings (cluster/DESIGN.md says why).
@@ -258,6 +257,9 @@ type Node struct {
 	// ledSince is when this node last gained leadership (Unix ns, 0 while
 	// it does not lead): a voter silent for clockTTL since then is absent.
 	ledSince atomic.Int64
+	// copyServed: when checkForks last saw a proven copy serve (only the
+	// housekeeping goroutine reads and writes it).
+	copyServed time.Time
 	// handoff asks the leader loop to hand leadership on (its clock is off
 	// the cluster's time).
 	handoff chan struct{}
@@ -334,7 +336,6 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n.appliedSaved.Store(applied)
 	n.setReason("starting")
 	n.recorded.Store(recorded)
 	local := meta{
@@ -359,6 +360,14 @@ func Open(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	local.Member = n.rs.hadState
+	// The record speaks for the Raft state beside it: with none (raft.db
+	// wiped, or a reused volume) it would name an entry no log holds, and
+	// every leader would refuse this node as another log's member.
+	if applied != nil && !n.rs.hadState {
+		logger.Warn("ignoring the applied-entry record: the data dir holds no raft state", "file", filepath.Join(cfg.DataDir, appliedFile))
+		applied = nil
+	}
+	n.appliedSaved.Store(applied)
 	n.gossip, err = openGossip(&n.cfg, id, local, n.doors, logger, func(grpcAddr string) { n.copies.sighted(grpcAddr, time.Now()) })
 	if err != nil {
 		n.rs.close()

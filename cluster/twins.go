@@ -188,7 +188,7 @@ func proofFrom(st Status, addr string, now time.Time) foreignProof {
 	return foreignProof{
 		id: st.ID, cluster: st.ClusterID, history: coarseIndex(st.AppliedIndex), slot: st.LastWindowSlot, granted: st.LastWindowGranted,
 		windows: st.GrantedWindows, layout: st.Layout, serving: (st.Ready || st.LeaderID != "") && !stopped,
-		saysStopped: st.Stopped != nil, at: now, started: st.Started, addr: addr, voters: st.Voters, leaderAddr: st.LeaderAddr,
+		saysStopped: st.Stopped != nil, at: now, started: st.Started, addr: addr, voters: st.Voters, leaderID: st.LeaderID, leaderAddr: st.LeaderAddr,
 	}
 }
 

@@ -96,14 +96,11 @@ func grownOriginalAndCopy(t *testing.T) (tc *testCluster, a, b, c, twin *Node) {
 
 // twoGrownGroups is grownOriginalAndCopy with the copy grown into a group
 // of three as well, by fresh nodes x and y that know only the copy.
-func twoGrownGroups(t *testing.T, opts ...func(*Config)) (tc *testCluster, a, b, c, twin, x, y *Node) {
+func twoGrownGroups(t *testing.T) (tc *testCluster, a, b, c, twin, x, y *Node) {
 	t.Helper()
 	tc, a, b, c, twin = grownOriginalAndCopy(t)
-	for _, s := range []*nodeSpec{tc.add("x", 0, "copy"), tc.add("y", 0, "copy")} {
-		for _, o := range opts {
-			o(&s.cfg)
-		}
-	}
+	tc.add("x", 0, "copy")
+	tc.add("y", 0, "copy")
 	x, y = tc.start("x"), tc.start("y")
 	waitVoters(t, twin, 3)
 	waitReady(t, x)
@@ -966,16 +963,17 @@ func drawThroughout(t *testing.T, nodes ...*Node) *draws {
 
 // TestForkRanks: of two Raft groups with one cluster ID, exactly one stops,
 // whichever side decides: the larger group keeps serving, then the one with
-// clearly more history, then the leader address that sorts first.
+// clearly more history, then the leader ID that sorts first.
 func TestForkRanks(t *testing.T) {
 	for _, c := range []struct {
 		name   string
 		a, b   forkSide
 		aStops bool
 	}{
-		{"more voters wins", forkSide{3, 100, "b:1"}, forkSide{2, 5000, "a:1"}, false},
-		{"clearly more history wins", forkSide{3, 100, "a:1"}, forkSide{3, 216, "b:1"}, true},
-		{"close histories: the address decides", forkSide{3, 100, "a:1"}, forkSide{3, 150, "b:1"}, false},
+		{"more voters wins", forkSide{3, 100, "b", "b:1"}, forkSide{2, 5000, "a", "a:1"}, false},
+		{"clearly more history wins", forkSide{3, 100, "a", "a:1"}, forkSide{3, 216, "b", "b:1"}, true},
+		{"close histories: the leader's ID decides", forkSide{3, 100, "a", "z:1"}, forkSide{3, 150, "b", "a:1"}, false},
+		{"one leader ID (never a fork): the address decides", forkSide{3, 100, "a", "a:1"}, forkSide{3, 150, "a", "b:1"}, false},
 	} {
 		if got := forkRanks(c.a, c.b); got != c.aStops {
 			t.Errorf("%s: a stops %v, want %v", c.name, got, c.aStops)
@@ -988,7 +986,7 @@ func TestForkRanks(t *testing.T) {
 
 // TestForkSightingMustBeUnbroken: a member of another log counts toward
 // forkConfirm only while its answers say so without a break: an answer
-// that says otherwise, or a silence longer than forkSightingGap, starts the
+// that says otherwise, or a silence longer than sightingGap, starts the
 // count again. Before, the count ran from the member's first proof ever,
 // so a member seen once long ago confirmed a fork on its next sighting.
 func TestForkSightingMustBeUnbroken(t *testing.T) {
@@ -1005,7 +1003,8 @@ func TestForkSightingMustBeUnbroken(t *testing.T) {
 		{"ends with an answer of this log", []foreignProof{fork, fork, other}, -1},
 		{"a stopped member is not counted", []foreignProof{fork, {id: "m", fork: true}, fork}, 2},
 	} {
-		b := &foreignBook{proofs: map[string]foreignProof{}, first: map[string]time.Time{}, forkSince: map[string]time.Time{}}
+		b := &foreignBook{}
+		b.init()
 		for i, p := range c.steps {
 			at := t0.Add(time.Duration(i) * time.Second)
 			p.at = at
@@ -1021,14 +1020,108 @@ func TestForkSightingMustBeUnbroken(t *testing.T) {
 	}
 
 	// A silence longer than the gap starts the count again.
-	b := &foreignBook{proofs: map[string]foreignProof{}, first: map[string]time.Time{}, forkSince: map[string]time.Time{}}
+	b := &foreignBook{}
+	b.init()
 	p := fork
 	p.at = t0
 	b.put("m", p, t0)
-	later := t0.Add(forkSightingGap + time.Second)
+	gap := fork.sightingGap()
+	later := t0.Add(gap + time.Second)
 	p.at = later
 	b.put("m", p, later)
 	if got := b.forkSince["m"]; !got.Equal(later) {
-		t.Errorf("after a silence of %v: counting since %v, want since the new answer", forkSightingGap+time.Second, got.Sub(t0))
+		t.Errorf("after a silence of %v: counting since %v, want since the new answer", gap+time.Second, got.Sub(t0))
+	}
+}
+
+// TestForkVerdict: a leader stops its group only after ranking below the
+// other group on every check for forkConfirm, counted from the latest of
+// the ranking's start, the member's unbroken sighting and its own
+// leadership, and only while the other group's leader serves. Before
+// (the review of 0d96dfc): a count begun before this node last became the
+// leader was skipped for good, so the lower group never stopped; and a
+// member of a group whose leader had stopped (an older release, which does
+// not follow) stopped the group that had won.
+func TestForkVerdict(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	mine := forkSide{voters: 2, history: 100, leaderID: "m", leaderAddr: "m:1"}
+	member := foreignProof{id: "x", fork: true, serving: true, saysStopped: true, voters: 3, leaderID: "y", leaderAddr: "y:1"}
+	leader := member
+	leader.id = "y"
+	type tick struct {
+		at            int  // seconds from t0
+		leaderServes  bool // the other group's leader answers serving
+		leaderAnswers bool
+		voters        int // the member's group, as it answers
+	}
+	run := func(led int, ticks []tick) (stoppedAt int) {
+		b := &foreignBook{}
+		b.init()
+		for _, k := range ticks {
+			now := t0.Add(time.Duration(k.at) * time.Second)
+			m := member
+			m.at, m.voters = now, k.voters
+			b.put("x", m, now)
+			if k.leaderAnswers {
+				l := leader
+				l.at, l.serving, l.voters = now, k.leaderServes, k.voters
+				b.put("y", l, now)
+			}
+			if _, ok := b.forkVerdict(mine, t0.Add(time.Duration(led)*time.Second), forkConfirm, now); ok {
+				return k.at
+			}
+		}
+		return -1
+	}
+	every := func(from, to int, f func(s int) tick) []tick {
+		var out []tick
+		for s := from; s <= to; s++ {
+			out = append(out, f(s))
+		}
+		return out
+	}
+	steady := func(s int) tick { return tick{s, true, true, 3} }
+	for _, c := range []struct {
+		name  string
+		led   int
+		ticks []tick
+		want  int
+	}{
+		{"sustained: stops at forkConfirm", 0, every(0, 10, steady), 5},
+		{"became the leader after the sighting began: counts from then", 3, every(0, 12, steady), 8},
+		{"the other group's leader stopped: never", 0, every(0, 12, func(s int) tick { return tick{s, false, true, 3} }), -1},
+		{"the other group's leader unheard: never", 0, every(0, 12, func(s int) tick { return tick{s, false, false, 3} }), -1},
+		{"the ranking flips for a check (a promotion between answers): counts again", 0,
+			every(0, 12, func(s int) tick {
+				if s == 3 {
+					return tick{s, true, true, 2}
+				}
+				return steady(s)
+			}), 9},
+	} {
+		if got := run(c.led, c.ticks); got != c.want {
+			t.Errorf("%s: stopped at %ds, want %ds (-1: never)", c.name, got, c.want)
+		}
+	}
+}
+
+// TestAppliedRecordWithoutRaftStateIsIgnored: the applied-entry record
+// speaks for the Raft state beside it. A data dir that holds the record but
+// no Raft state (raft.db wiped, or a reused volume) starts as a new node
+// reporting nothing applied; before, it reported an entry no log holds, and
+// every leader refused it as a member of another log.
+func TestAppliedRecordWithoutRaftStateIsIgnored(t *testing.T) {
+	tc := newTestCluster(t)
+	s := tc.add("a", 0)
+	s.cfg.Join = []string{fmt.Sprintf("127.0.0.1:%d", harness.NextPort(t))} // a seed nobody runs: it applies nothing
+	if err := os.MkdirAll(s.cfg.DataDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(s.cfg.DataDir, appliedFile), []byte("41 00000000deadbeef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := tc.start("a")
+	if got := a.Status().AppliedCommand; got != 0 {
+		t.Fatalf("a data dir without raft state reports applied entry %d from a stale record", got)
 	}
 }
