@@ -217,6 +217,9 @@ func (n *Node) contested(d leaderOut) error {
 	if !d.Propose || (d.Cmd.Type != cmdClaim && d.Cmd.Type != cmdReserve) {
 		return nil
 	}
+	if hold := n.forkHold.Load(); hold != nil {
+		return fmt.Errorf("%w: %s", ErrNotReady, *hold)
+	}
 	id, slot := d.Cmd.nodeID(), -1
 	if d.Cmd.Type == cmdReserve {
 		id, slot = "", d.Cmd.Slot
@@ -231,7 +234,11 @@ func (n *Node) contested(d leaderOut) error {
 		return fmt.Errorf("%w: a copy of node %s's data dir still issues slot %d at %s; the slot waits until it stops and its "+
 			"windows are fenced", ErrNotReady, p.id, p.slot, p.addr)
 	}
-	if p, ok := n.foreign.contests(slot, now); ok {
+	longest := copyContestMax
+	if n.cfg.contestMax > 0 {
+		longest = n.cfg.contestMax
+	}
+	if p, ok := n.foreign.contests(slot, now, longest); ok {
 		return fmt.Errorf("%w: node %s of cluster %s, which met this one, still issues slot %d; the slot waits until it stops "+
 			"and its windows are fenced", ErrNotReady, p.id, p.cluster, p.slot)
 	}

@@ -97,6 +97,11 @@ type foreignBook struct {
 	// losing: since when, check after check, this node's group has ranked
 	// below the group of each such member (forkVerdict).
 	losing map[string]time.Time
+	// servingSince: since when each member has answered, without a break,
+	// that it serves: the contest's longest counts from here, not from
+	// its first proof, so a group that could not issue and comes back
+	// (its quorum restored) is contested again.
+	servingSince map[string]time.Time
 }
 
 // sightingGap: the longest silence after p that still counts as an
@@ -105,7 +110,7 @@ func (p foreignProof) sightingGap() time.Duration { return 3 * p.freshFor() }
 
 func (b *foreignBook) init() {
 	b.proofs, b.retry, b.first = map[string]foreignProof{}, map[string]time.Time{}, map[string]time.Time{}
-	b.forkSince, b.losing = map[string]time.Time{}, map[string]time.Time{}
+	b.forkSince, b.losing, b.servingSince = map[string]time.Time{}, map[string]time.Time{}, map[string]time.Time{}
 }
 
 // put records p, the answer of member id at now.
@@ -115,19 +120,33 @@ func (b *foreignBook) put(id string, p foreignProof, now time.Time) {
 		b.first[id] = now
 	}
 	b.proofs[id] = p
-	b.noteFork(id, p.fork && p.serving, known && prev.fork && prev.serving && now.Sub(prev.at) <= prev.sightingGap(), now)
+	unbroken := known && prev.serving && now.Sub(prev.at) <= prev.sightingGap()
+	b.noteFork(id, p.fork && p.serving, unbroken && prev.fork, now)
+	b.noteServing(id, p.serving, unbroken, now)
+}
+
+// noteServing keeps servingSince as noteFork keeps forkSince.
+func (b *foreignBook) noteServing(id string, serving, unbroken bool, now time.Time) {
+	noteRun(b.servingSince, id, serving, unbroken, now)
 }
 
 // noteFork keeps forkSince: a sighting of a serving member of another log
 // (fork) starts the count unless the last answer was one too (unbroken);
 // any other answer ends it.
 func (b *foreignBook) noteFork(id string, fork, unbroken bool, now time.Time) {
-	if !fork {
-		delete(b.forkSince, id)
+	noteRun(b.forkSince, id, fork, unbroken, now)
+}
+
+// noteRun keeps since[id], the start of id's current run of answers for
+// which a condition holds: on is this answer's, unbroken whether the last
+// answer's held too and came soon enough.
+func noteRun(since map[string]time.Time, id string, on, unbroken bool, now time.Time) {
+	if !on {
+		delete(since, id)
 		return
 	}
-	if _, ok := b.forkSince[id]; !ok || !unbroken {
-		b.forkSince[id] = now
+	if _, ok := since[id]; !ok || !unbroken {
+		since[id] = now
 	}
 }
 
@@ -154,24 +173,28 @@ func forkOf(st Status, servers map[string]string, known bool) bool {
 // contests reports whether a proven member of another cluster that still
 // serves on slot closes the slot's reserves to this cluster's leader (see
 // contestedBy).
-func (b *foreignBook) contests(slot int, now time.Time) (foreignProof, bool) {
+func (b *foreignBook) contests(slot int, now time.Time, longest time.Duration) (foreignProof, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return contestedBy(b.proofs, b.first, "", slot, now)
+	return contestedBy(b.proofs, b.servingSince, "", slot, now, longest)
 }
 
-// contestedBy is the contest rule over one book's proofs (keyed as first
+// contestedBy is the contest rule over one book's proofs (keyed as from
 // is): a proof of a process that still serves, and can say when it stops,
 // closes the claims of node id (a copy's identity) and the reserves of its
 // slot, since its windows grow past any fence until it stops. It lasts
 // until the process answers that it stopped (its last fence is final), its
-// proof is older than foreignConflictTTL, or copyContestMax after it was
-// first proven. A process that cannot say it stopped (an older release)
-// contests nothing: it would contest for as long as it answers.
-func contestedBy(proofs map[string]foreignProof, first map[string]time.Time, id string, slot int, now time.Time) (foreignProof, bool) {
+// proof is older than foreignConflictTTL, or longest (copyContestMax) after
+// from: its first proof for a copy, and for a member of another cluster or
+// log the start of its current run of serving answers (a group that lost
+// its quorum at the meeting and has it back is contested again). A process
+// that cannot say it stopped (an older release) contests nothing: it would
+// contest for as long as it answers.
+func contestedBy(proofs map[string]foreignProof, from map[string]time.Time, id string, slot int, now time.Time, longest time.Duration) (foreignProof, bool) {
 	for k, p := range proofs {
+		since, ok := from[k]
 		switch {
-		case !p.serving, !p.saysStopped, now.Sub(p.at) > foreignConflictTTL, now.Sub(first[k]) > copyContestMax:
+		case !p.serving, !p.saysStopped, now.Sub(p.at) > foreignConflictTTL, !ok || now.Sub(since) > longest:
 		case id != "" && p.id == id, slot >= 0 && p.slot == slot:
 			return p, true
 		}
@@ -224,6 +247,7 @@ func (n *Node) proveForeign(own string) []foreignProof {
 		if a.err != nil || st.ID != k.id || st.ClusterID == "" || st.ClusterID == own && !fork || st.ClusterID != m.Meta.ClusterID {
 			b.retry[k.id] = now.Add(foreignRetry)
 			b.noteFork(k.id, false, false, now)
+			b.noteServing(k.id, false, false, now)
 			continue
 		}
 		p := proofFrom(st, k.addr, now)

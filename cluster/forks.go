@@ -72,8 +72,10 @@ func forkRanks(mine, other forkSide) (stop bool) {
 // member of another log whose group this node's group (mine) has ranked
 // below on every check for confirm, counted from the latest of when the
 // ranking began, when the member's unbroken sighting began, and led (when
-// this node last became the leader). It keeps b.losing.
-func (b *foreignBook) forkVerdict(mine forkSide, led time.Time, confirm time.Duration, now time.Time) (foreignProof, bool) {
+// this node last became the leader). It keeps b.losing; losing reports
+// whether this group ranks below one on this check (whatever the count),
+// and lose is then that group's member.
+func (b *foreignBook) forkVerdict(mine forkSide, led time.Time, confirm time.Duration, now time.Time) (lose foreignProof, stop, losing bool) {
 	serving := func(p foreignProof) bool {
 		return p.fork && p.serving && now.Sub(p.at) <= p.sightingGap()
 	}
@@ -85,6 +87,7 @@ func (b *foreignBook) forkVerdict(mine forkSide, led time.Time, confirm time.Dur
 			delete(b.losing, id)
 			continue
 		}
+		losing, lose = true, p
 		from, ok := b.losing[id]
 		if !ok {
 			from = now
@@ -96,10 +99,10 @@ func (b *foreignBook) forkVerdict(mine forkSide, led time.Time, confirm time.Dur
 			}
 		}
 		if now.Sub(from) >= confirm {
-			return p, true
+			return p, true, true
 		}
 	}
-	return foreignProof{}, false
+	return lose, false, losing
 }
 
 // checkForks is the leader's side: it stops the group once forkVerdict
@@ -108,8 +111,18 @@ func (b *foreignBook) forkVerdict(mine forkSide, led time.Time, confirm time.Dur
 // waits (the copies' decision, and the losing group's following it, take
 // a few seconds, and forkRanks might answer otherwise meanwhile); a copy
 // that stopped long ago and lingers does not keep it waiting.
+//
+// While this group ranks below another on the latest check, before the
+// count is done, the leader holds every Claim and Reserve (forkHold,
+// contested in apply.go): the group issues only what it was granted
+// before, which the other group fences, and its windows stop growing
+// under the other's. A group that came back from a lost quorum, with a
+// leader whose book is new, issues only in the second before that leader
+// has proved the other group. A hold that was wrong (the ranking flipped)
+// ends on the next check.
 func (n *Node) checkForks() {
 	if n.Conflict() != nil || n.rs.raft.State() != raft.Leader {
+		n.forkHold.Store(nil)
 		return
 	}
 	now := time.Now()
@@ -120,6 +133,7 @@ func (n *Node) checkForks() {
 	}
 	led := n.ledSince.Load()
 	if now.Sub(n.copyServed) < foreignConflictTTL || led == 0 {
+		n.forkHold.Store(nil)
 		return
 	}
 	mine := forkSide{voters: n.voters(), history: n.history(), leaderID: n.id, leaderAddr: n.cfg.RaftAdvertise}
@@ -128,11 +142,19 @@ func (n *Node) checkForks() {
 	if b.proofs == nil {
 		b.init()
 	}
-	lose, ok := b.forkVerdict(mine, time.Unix(0, led), forkConfirm, now)
+	lose, stop, losing := b.forkVerdict(mine, time.Unix(0, led), forkConfirm, now)
 	b.mu.Unlock()
-	if ok {
-		n.stopForGood(forkAdvice(lose, mine), false, lose.addr, n.cfg.GRPCAddr)
+	if !losing {
+		n.forkHold.Store(nil)
+		return
 	}
+	if stop {
+		n.stopForGood(forkAdvice(lose, mine), false, lose.addr, n.cfg.GRPCAddr)
+		return
+	}
+	hold := fmt.Sprintf("node %s at %s serves another raft group of this cluster ID that outranks this one (%d voters against %d): "+
+		"this leader grants nothing until the two are settled (this group stops, or the other)", lose.id, lose.addr, lose.voters, mine.voters)
+	n.forkHold.Store(&hold)
 }
 
 // forkAdvice is the reason a leader gives when its Raft group ranks lower

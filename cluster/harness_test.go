@@ -110,6 +110,8 @@ type testCluster struct {
 	mu    sync.Mutex
 	specs map[string]*nodeSpec
 	seen  map[int64]issuer // every ID issued in the test, and who issued it
+	// opts change the configuration of every node added from then on.
+	opts []func(*Config)
 }
 
 type issuer struct{ name, id string }
@@ -153,6 +155,9 @@ func (tc *testCluster) add(name string, expect int, join ...string) *nodeSpec {
 		Forwarder:         tc.fwd,
 		Prober:            tc.fwd,
 		Logger:            testLogger(tc.t, name),
+	}
+	for _, o := range tc.opts {
+		o(&cfg)
 	}
 	tc.mu.Lock()
 	for _, j := range join {

@@ -106,6 +106,9 @@ type Config struct {
 	// claiming: a voter that holds no slot (a standby of a release before
 	// protocol 2, or one refused every claim).
 	neverClaim bool
+	// contestMax, set only by this package's tests, replaces copyContestMax
+	// for members of another cluster or log (foreign.go).
+	contestMax time.Duration
 }
 
 // Defaults for the tuning settings (cluster/DESIGN.md says why).
@@ -260,6 +263,9 @@ type Node struct {
 	// copyServed: when checkForks last saw a proven copy serve (only the
 	// housekeeping goroutine reads and writes it).
 	copyServed time.Time
+	// forkHold: while set, this leader's group ranks below another group
+	// of its cluster ID, and it grants no Claim or Reserve (forks.go).
+	forkHold atomic.Pointer[string]
 	// handoff asks the leader loop to hand leadership on (its clock is off
 	// the cluster's time).
 	handoff chan struct{}

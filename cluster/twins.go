@@ -144,7 +144,7 @@ func (b *twinBook) copies() []foreignProof {
 func (b *twinBook) contests(id string, slot int, now time.Time, fenced func(slot int, upTo int64) bool) (foreignProof, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if p, ok := contestedBy(b.proofs, b.first, id, slot, now); ok {
+	if p, ok := contestedBy(b.proofs, b.first, id, slot, now, copyContestMax); ok {
 		return p, true
 	}
 	for k, p := range b.proofs {
