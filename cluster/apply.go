@@ -234,11 +234,7 @@ func (n *Node) contested(d leaderOut) error {
 		return fmt.Errorf("%w: a copy of node %s's data dir still issues slot %d at %s; the slot waits until it stops and its "+
 			"windows are fenced", ErrNotReady, p.id, p.slot, p.addr)
 	}
-	longest := copyContestMax
-	if n.cfg.contestMax > 0 {
-		longest = n.cfg.contestMax
-	}
-	if p, ok := n.foreign.contests(slot, now, longest); ok {
+	if p, ok := n.foreign.contests(slot, now, n.cfg.contestMax); ok {
 		return fmt.Errorf("%w: node %s of cluster %s, which met this one, still issues slot %d; the slot waits until it stops "+
 			"and its windows are fenced", ErrNotReady, p.id, p.cluster, p.slot)
 	}

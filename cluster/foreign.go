@@ -89,7 +89,6 @@ func (p foreignProof) freshFor() time.Duration {
 type foreignBook struct {
 	mu     sync.Mutex
 	proofs map[string]foreignProof
-	first  map[string]time.Time // when each member was first proven
 	retry  map[string]time.Time
 	// forkSince: since when each member has answered, without a break, as
 	// a serving member of another log of this cluster ID (forks.go).
@@ -109,32 +108,24 @@ type foreignBook struct {
 func (p foreignProof) sightingGap() time.Duration { return 3 * p.freshFor() }
 
 func (b *foreignBook) init() {
-	b.proofs, b.retry, b.first = map[string]foreignProof{}, map[string]time.Time{}, map[string]time.Time{}
+	b.proofs, b.retry = map[string]foreignProof{}, map[string]time.Time{}
 	b.forkSince, b.losing, b.servingSince = map[string]time.Time{}, map[string]time.Time{}, map[string]time.Time{}
 }
 
 // put records p, the answer of member id at now.
 func (b *foreignBook) put(id string, p foreignProof, now time.Time) {
 	prev, known := b.proofs[id]
-	if !known {
-		b.first[id] = now
-	}
 	b.proofs[id] = p
 	unbroken := known && prev.serving && now.Sub(prev.at) <= prev.sightingGap()
-	b.noteFork(id, p.fork && p.serving, unbroken && prev.fork, now)
-	b.noteServing(id, p.serving, unbroken, now)
+	noteRun(b.forkSince, id, p.fork && p.serving, unbroken && prev.fork, now)
+	noteRun(b.servingSince, id, p.serving, unbroken, now)
 }
 
-// noteServing keeps servingSince as noteFork keeps forkSince.
-func (b *foreignBook) noteServing(id string, serving, unbroken bool, now time.Time) {
-	noteRun(b.servingSince, id, serving, unbroken, now)
-}
-
-// noteFork keeps forkSince: a sighting of a serving member of another log
-// (fork) starts the count unless the last answer was one too (unbroken);
-// any other answer ends it.
-func (b *foreignBook) noteFork(id string, fork, unbroken bool, now time.Time) {
-	noteRun(b.forkSince, id, fork, unbroken, now)
+// unanswered ends id's runs: its probe failed, or it answered as neither
+// another cluster's member nor another log's.
+func (b *foreignBook) unanswered(id string, now time.Time) {
+	noteRun(b.forkSince, id, false, false, now)
+	noteRun(b.servingSince, id, false, false, now)
 }
 
 // noteRun keeps since[id], the start of id's current run of answers for
@@ -217,9 +208,6 @@ func (n *Node) proveForeign(own string) []foreignProof {
 	}
 	b := &n.foreign
 	b.mu.Lock()
-	if b.proofs == nil {
-		b.init()
-	}
 	for id, m := range n.gossip.snapshot() {
 		_, listed := servers[id]
 		sameID := m.Meta.ClusterID == own && servers != nil && !listed && id != n.id
@@ -246,8 +234,7 @@ func (n *Node) proveForeign(own string) []foreignProof {
 		fork := st.ClusterID == own && forkOf(st, servers, known && b.proofs[k.id].fork)
 		if a.err != nil || st.ID != k.id || st.ClusterID == "" || st.ClusterID == own && !fork || st.ClusterID != m.Meta.ClusterID {
 			b.retry[k.id] = now.Add(foreignRetry)
-			b.noteFork(k.id, false, false, now)
-			b.noteServing(k.id, false, false, now)
+			b.unanswered(k.id, now)
 			continue
 		}
 		p := proofFrom(st, k.addr, now)

@@ -76,14 +76,14 @@ func forkRanks(mine, other forkSide) (stop bool) {
 // whether this group ranks below one on this check (whatever the count),
 // and lose is then that group's member.
 func (b *foreignBook) forkVerdict(mine forkSide, led time.Time, confirm time.Duration, now time.Time) (lose foreignProof, stop, losing bool) {
-	serving := func(p foreignProof) bool {
+	servingFork := func(p foreignProof) bool {
 		return p.fork && p.serving && now.Sub(p.at) <= p.sightingGap()
 	}
 	for id, p := range b.proofs {
 		since, seen := b.forkSince[id]
 		leader, known := b.proofs[p.leaderID]
 		other := forkSide{voters: p.voters, history: p.history, leaderID: p.leaderID, leaderAddr: p.leaderAddr}
-		if !seen || p.leaderID == "" || !serving(p) || !known || !serving(leader) || !forkRanks(mine, other) {
+		if !seen || p.leaderID == "" || !servingFork(p) || !known || !servingFork(leader) || !forkRanks(mine, other) {
 			delete(b.losing, id)
 			continue
 		}
@@ -139,9 +139,6 @@ func (n *Node) checkForks() {
 	mine := forkSide{voters: n.voters(), history: n.history(), leaderID: n.id, leaderAddr: n.cfg.RaftAdvertise}
 	b := &n.foreign
 	b.mu.Lock()
-	if b.proofs == nil {
-		b.init()
-	}
 	lose, stop, losing := b.forkVerdict(mine, time.Unix(0, led), forkConfirm, now)
 	b.mu.Unlock()
 	if !losing {

@@ -106,8 +106,8 @@ type Config struct {
 	// claiming: a voter that holds no slot (a standby of a release before
 	// protocol 2, or one refused every claim).
 	neverClaim bool
-	// contestMax, set only by this package's tests, replaces copyContestMax
-	// for members of another cluster or log (foreign.go).
+	// contestMax: copyContestMax, for members of another cluster or log
+	// (foreign.go); only this package's tests set another.
 	contestMax time.Duration
 }
 
@@ -137,6 +137,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.ReconcileInterval == 0 {
 		c.ReconcileInterval = DefaultReconcileInterval
+	}
+	if c.contestMax == 0 {
+		c.contestMax = copyContestMax
 	}
 	if c.JoinRetryInterval == 0 {
 		c.JoinRetryInterval = DefaultJoinRetryInterval
@@ -333,6 +336,7 @@ func Open(cfg Config) (*Node, error) {
 		notReady:   door.NewRateLog(logger, peerLogEvery),
 	}
 	n.fsm.afterApply = n.stopIfEnded
+	n.foreign.init()
 	if reason, err := stoppedBefore(cfg.DataDir); err != nil {
 		return nil, err
 	} else if reason != "" {

@@ -861,7 +861,11 @@ func TestTwoRaftGroupsOfOneClusterIDRankAndTheLowerStops(t *testing.T) {
 	if _, err := x.Join([]string{tc.specs["b"].cfg.GossipAddr}); err != nil {
 		t.Fatal(err)
 	}
+	// Leadership may move within either group: each side's first sighting
+	// of the other is the earliest any of its nodes held.
+	var ours, theirs time.Time
 	harness.WaitFor(t, 60*time.Second, "the smaller group, x and y, to stop", func() bool {
+		ours, theirs = earlier(ours, forkSighted(a, b, c)), earlier(theirs, forkSighted(x, y))
 		return x.Conflict() != nil && y.Conflict() != nil
 	})
 	d.stop()
@@ -872,14 +876,15 @@ func TestTwoRaftGroupsOfOneClusterIDRankAndTheLowerStops(t *testing.T) {
 			t.Fatalf("%s, of the larger group, stopped: %v", n.Name(), err)
 		}
 	}
-	// Leadership may have moved within either group: each side's first
-	// proof is the earliest any of its nodes holds.
-	proven, theirs := firstForkProof(t, a, b, c), firstForkProof(t, x, y)
+	if ours.IsZero() || theirs.IsZero() {
+		t.Fatalf("a side never sighted the other group: %v, %v", ours, theirs)
+	}
+	proven := ours
 	if theirs.After(proven) {
 		proven = theirs
 	}
 	t.Logf("the groups proved each other %v and %v after the meeting began; %d IDs drawn, %d twice before that",
-		firstForkProof(t, a, b, c).Sub(met), theirs.Sub(met), len(d.ids), len(d.dups))
+		ours.Sub(met), theirs.Sub(met), len(d.ids), len(d.dups))
 	for _, dup := range d.dups {
 		if dup.at.After(proven.Add(2 * time.Second)) {
 			t.Errorf("ID %d drawn from %s and %s, the second %v after both leaders proved the other group",
@@ -893,17 +898,6 @@ func TestTwoRaftGroupsOfOneClusterIDRankAndTheLowerStops(t *testing.T) {
 		}
 	}
 	issuesNoneOf(t, tc, []*Node{a, b, c}, []*Node{x, y}, forkIDs)
-}
-
-// firstForkProof is when the first of nodes first proved, as a leader, a
-// member of another log of its cluster ID.
-func firstForkProof(t *testing.T, nodes ...*Node) time.Time {
-	t.Helper()
-	first := firstForkProofAt(nodes...)
-	if first.IsZero() {
-		t.Fatalf("none of %d nodes proved a member of another log", len(nodes))
-	}
-	return first
 }
 
 // draws is what drawThroughout's nodes drew: each ID's first drawer, and every
@@ -1154,13 +1148,15 @@ func TestAForkThatComesBackRepeatsNothing(t *testing.T) {
 	if _, err := x.Join([]string{tc.specs["b"].cfg.GossipAddr}); err != nil {
 		t.Fatal(err)
 	}
-	harness.WaitFor(t, 30*time.Second, "a leader of the larger group to prove x", func() bool {
-		return !firstForkProofAt(a, b, c).IsZero()
+	var sighted time.Time
+	harness.WaitFor(t, 30*time.Second, "a leader of the larger group to sight the smaller", func() bool {
+		sighted = forkSighted(a, b, c)
+		return !sighted.IsZero()
 	})
 	tc.stop("y")
-	// Past the contest's longest, counted from the first proof.
+	// Past the contest's longest, counted from the first sighting.
 	harness.WaitFor(t, 30*time.Second, "the contest's longest to pass", func() bool {
-		return time.Since(firstForkProofAt(a, b, c)) > 2*contest
+		return time.Since(sighted) > 2*contest
 	})
 	if x.Conflict() != nil {
 		t.Fatalf("x stopped while its group had no quorum: %v", x.Conflict())
@@ -1248,21 +1244,27 @@ func TestAForkThatComesBackRepeatsNothing(t *testing.T) {
 	}
 }
 
-// firstForkProofAt is firstForkProof without the test's failure: the zero
-// time when none of nodes holds a proof of a member of another log.
-func firstForkProofAt(nodes ...*Node) time.Time {
+// forkSighted is the earliest start of a current unbroken sighting, as a
+// leader, of a serving member of another log that any of nodes holds (the
+// zero time for none).
+func forkSighted(nodes ...*Node) time.Time {
 	var first time.Time
 	for _, n := range nodes {
-		b := &n.foreign
-		b.mu.Lock()
-		for id, p := range b.proofs {
-			if at := b.first[id]; p.fork && (first.IsZero() || at.Before(first)) {
-				first = at
-			}
+		n.foreign.mu.Lock()
+		for _, at := range n.foreign.forkSince {
+			first = earlier(first, at)
 		}
-		b.mu.Unlock()
+		n.foreign.mu.Unlock()
 	}
 	return first
+}
+
+// earlier is the earlier of two times, the zero time counting as none.
+func earlier(a, b time.Time) time.Time {
+	if a.IsZero() || !b.IsZero() && b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // TestForkVerdictNamesTheGroupItHoldsFor: before the count is done, the
