@@ -19,7 +19,9 @@ import (
 // reported nothing for clockTTL while this node led (dead, cut off, or a
 // release that puts no clock in its Status and sends no commands) is absent:
 // the quorum is taken over the voters present, so that a silent voter is
-// never a reason to grant nothing.
+// never a reason to grant nothing. A voter known not to report is absent
+// at once (clockAwaited): one gossip shows gone, and one that holds no slot
+// and whose own Status came without a clock.
 
 // clockSampleTTL: a report older than this says nothing about a clock now.
 // Every node reserves at least every half lead (5 s by default), so a live
@@ -37,6 +39,28 @@ type clockSample struct {
 type clockBook struct {
 	mu   sync.Mutex
 	last map[string]clockSample
+	// quiet: when each voter's own Status last came without a clock (a
+	// release before protocol 2).
+	quiet map[string]time.Time
+}
+
+// answeredQuiet records that id's own Status, of this cluster, came at at
+// without a clock.
+func (b *clockBook) answeredQuiet(id string, at time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.quiet == nil {
+		b.quiet = map[string]time.Time{}
+	}
+	b.quiet[id] = at
+}
+
+// quietWithin: id's own Status came without a clock within ttl of now.
+func (b *clockBook) quietWithin(id string, now time.Time, ttl time.Duration) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	at, ok := b.quiet[id]
+	return ok && now.Sub(at) <= ttl
 }
 
 func (b *clockBook) observe(id string, s clockSample) {
@@ -54,7 +78,7 @@ func (b *clockBook) observe(id string, s clockSample) {
 func (b *clockBook) reset() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.last = nil
+	b.last, b.quiet = nil, nil
 }
 
 // byID returns the current clock of each of ids that reported within ttl:
@@ -135,15 +159,30 @@ func (n *Node) clusterNow(own time.Time) (time.Time, bool) {
 	now := time.Now()
 	members := n.gossip.snapshot()
 	awaited := 0
-	for _, id := range others {
-		m, seen := members[id]
-		gone := seen && (m.State == MemberDead || m.State == MemberLeft)
-		if !gone || len(n.clocks.byID([]string{id}, now, n.cfg.clockTTL)) > 0 {
-			awaited++
+	n.fsm.view(func(s *state) {
+		for _, id := range others {
+			m, seen := members[id]
+			gone := seen && (m.State == MemberDead || m.State == MemberLeft)
+			reported := len(n.clocks.byID([]string{id}, now, n.cfg.clockTTL)) > 0
+			if clockAwaited(reported, gone, n.clocks.quietWithin(id, now, n.cfg.clockTTL) && s.slotOf(id) < 0) {
+				awaited++
+			}
 		}
-	}
+	})
 	est, quorum := clockQuorum(n.clocks.byID(others, now, n.cfg.clockTTL), awaited, led, n.cfg.clockTTL)
 	return clusterTime(own, est, quorum)
+}
+
+// clockAwaited: the leader counts a voter's clock toward the quorum when
+// it reported within the TTL (reported), or may yet: not when gossip shows
+// it gone (dead or left), and not when it holds no slot and its own Status
+// came without a clock within the TTL (quietSlotless: a release before
+// protocol 2 sends its clock only in Claims and Reserves, so a voter of it
+// that does not claim, one under another layout, never reports). Any
+// other voter not heard from is awaited until the leader has led for the
+// TTL (clockQuorum).
+func clockAwaited(reported, gone, quietSlotless bool) bool {
+	return reported || !gone && !quietSlotless
 }
 
 // clockQuorum is which clocks count in the cluster's time and how many of
@@ -192,6 +231,17 @@ func statusClock(id, own string, st Status, leaderNow, at time.Time) (clockSampl
 	return clockSample{reported: time.Unix(0, st.Clock), leader: leaderNow, at: at}, true
 }
 
+// noteStatus records in b what voter id's Status answer st tells the
+// leader of cluster own about its clock, at real time at: its clock
+// (statusClock), or that it answered for itself without one.
+func (b *clockBook) noteStatus(id, own string, st Status, leaderNow, at time.Time) {
+	if s, ok := statusClock(id, own, st, leaderNow, at); ok {
+		b.observe(id, s)
+	} else if st.ID == id && st.ClusterID == own && own != "" {
+		b.answeredQuiet(id, at)
+	}
+}
+
 // pollClocks runs while this node leads: every clockPollEvery it asks each
 // voter it has not heard from within that time for its Status over the
 // authenticated transport and records the clock it answers with. It runs
@@ -236,9 +286,7 @@ func (n *Node) pollClocks(stop <-chan struct{}) {
 				continue
 			}
 			n.protocols.prove(k.id, a.st.Protocols.orLegacy())
-			if s, ok := statusClock(k.id, own, a.st, n.clock.Now(), time.Now()); ok {
-				n.clocks.observe(k.id, s)
-			}
+			n.clocks.noteStatus(k.id, own, a.st, n.clock.Now(), time.Now())
 		}
 	}
 }

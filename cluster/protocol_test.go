@@ -198,7 +198,8 @@ func keepsGranting(t *testing.T, tc *testCluster, n *Node, d time.Duration) {
 // dies. With b's report stale, the leader used to have one clock of a
 // quorum of two and granted nothing, its own slot included, for good. Now
 // it hears x's clock in x's Status, and a voter that says nothing at all is
-// absent once it has been silent for the TTL.
+// absent: at once when it holds no slot and its Status came without a
+// clock (clockAwaited), else once it has been silent for the TTL.
 func TestSilentVoterDoesNotStopTheLeader(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
@@ -219,6 +220,31 @@ func TestSilentVoterDoesNotStopTheLeader(t *testing.T) {
 			c.checkContainment()
 		})
 	}
+}
+
+// TestQuietVotersDoNotHoldUpANewLeader: voters {a, x, y}, where x and y
+// are of a release that puts no clock in its Status and never claim (under
+// another layout): they never report. The leader used to await them for
+// the TTL (a minute) of every leadership, granting nothing meanwhile, not
+// even to its own slot; a slotless voter whose own Status came without a
+// clock is absent at once (clockAwaited).
+func TestQuietVotersDoNotHoldUpANewLeader(t *testing.T) {
+	tc := newTestCluster(t)
+	tc.add("a", 1) // the default TTL of a minute
+	for _, name := range []string{"x", "y"} {
+		q := tc.add(name, 1, "a")
+		q.cfg.neverClaim, q.cfg.noClockInStatus = true, true
+	}
+	a := tc.start("a")
+	waitReady(t, a)
+	tc.start("x")
+	tc.start("y")
+	waitVoters(t, a, 3)
+	keepsGranting(t, tc, a, 20*time.Second)
+	if ok, reason := a.Ready(); !ok {
+		t.Errorf("leader not ready with two quiet voters: %s", reason)
+	}
+	tc.checkContainment()
 }
 
 // TestForwardOfAnUnspokenVersionChangesNothing: a real leader refuses a

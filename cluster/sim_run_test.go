@@ -44,7 +44,7 @@ func TestSimulate(t *testing.T) {
 	}
 	t.Logf("seeds %d.. (at most %d seeds or %v)", first, seeds, budget)
 	start := time.Now()
-	var events, minted, clusters, wrongCluster, forged, meetings, fenced, fences, beforeFence, withdrawn, doomed, replaced int
+	var events, minted, clusters, wrongCluster, forged, meetings, fenced, fences, beforeFence, withdrawn, doomed, replaced, quiet, quietHalf int
 	var acts [actPromote + 1]int
 	var settle, worst time.Duration // time from the faults' end to liveness for good
 	var worstSeed int64
@@ -66,6 +66,12 @@ func TestSimulate(t *testing.T) {
 			doomed++
 			if r := w.replacement; r != nil && r.won {
 				replaced++
+			}
+		}
+		if w.cfg.legacy {
+			quiet++
+			if w.quietHalf() {
+				quietHalf++
 			}
 		}
 		for _, c := range w.cls {
@@ -95,6 +101,8 @@ func TestSimulate(t *testing.T) {
 	t.Logf("meetings of a younger cluster with an older one: %d, the loser fenced by the winner's leader in %d (fenceForeign's commands written: %d); "+
 		"IDs both handed out before the fence (the meeting's window): %d; buffered IDs withdrawn for an ended tenure: %d; quorums lost for good: %d, their replacement outranking the survivor in %d",
 		meetings, fenced, fences, beforeFence, withdrawn, doomed, replaced)
+	t.Logf("worlds with voters that never report a clock (legacy strangers): %d, ending with such voters at least half of a cluster's: %d",
+		quiet, quietHalf)
 	t.Logf("reconcile sweeps (the shipped sweepProbes and sweepActions) carried out: %d reaps, %d non-voters added, %d promotions, %d moves",
 		acts[actReap], acts[actAddNonvoter], acts[actPromote], acts[actMoveAddr])
 }

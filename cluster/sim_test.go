@@ -117,6 +117,12 @@ type simConfig struct {
 	// claim of theirs is refused. They gossip like the others, and the
 	// leader must never make them voters (canTakePart). One world in three.
 	strangers int
+	// legacy: the strangers are of the release before protocol 2, started
+	// under another --layout: they never claim, and their Status carries no
+	// clock, datacenter or layout, so the leader cannot tell that they
+	// cannot take part and makes them voters. Voters that never report a
+	// clock (the absent rule). Half the worlds with strangers.
+	legacy bool
 	// doom: at a third of the faults the first cluster loses its quorum
 	// for good (a majority of its voters crash and never come back); one
 	// node of it survives, and the operator builds a replacement cluster
@@ -401,6 +407,10 @@ func newSimWorld(seed int64, faults simFaults, tweak func(*simConfig)) *simWorld
 	// plays exactly as before they were modelled (the known seeds).
 	if sr := rand.New(rand.NewSource(seed ^ 0x57a4)); sr.Intn(3) == 0 {
 		cfg.strangers = 1 + sr.Intn(cfg.nodes-2)
+		// (A stream of their own too, its constant chosen so that the
+		// recorded seeds with strangers play as they did: simKnownSeeds,
+		// the replay test's 445, the mutation table's 13.)
+		cfg.legacy = rand.New(rand.NewSource(seed^0x1ecb)).Intn(2) == 0
 	}
 	if dr := rand.New(rand.NewSource(seed ^ 0xd00d)); cfg.nodes-cfg.strangers >= 4 && !cfg.calm && dr.Intn(5) == 0 {
 		cfg.doom = true
@@ -453,12 +463,20 @@ func (w *simWorld) bootstrap(n *simNode) *simCluster {
 // shipped clockQuorum and clusterTime over its voters' reports.
 func (w *simWorld) clusterNow(l *simNode, now time.Time) (time.Time, bool) {
 	var others []string
+	real, awaited := w.base.Add(w.now), 0
 	for _, m := range l.cl.voters() {
-		if m != l.id {
-			others = append(others, m)
+		if m == l.id {
+			continue
+		}
+		others = append(others, m)
+		// (gone is not modelled here: a voter the world's gossip shows gone
+		// is awaited, as a live one that has not reported is.)
+		reported := len(l.clocks.byID([]string{m}, real, clockSampleTTL)) > 0
+		if clockAwaited(reported, false, l.clocks.quietWithin(m, real, clockSampleTTL) && l.replica.state.slotOf(m) < 0) {
+			awaited++
 		}
 	}
-	est, quorum := clockQuorum(l.clocks.byID(others, w.base.Add(w.now), clockSampleTTL), len(others), w.now-l.ledAt, clockSampleTTL)
+	est, quorum := clockQuorum(l.clocks.byID(others, real, clockSampleTTL), awaited, w.now-l.ledAt, clockSampleTTL)
 	return clusterTime(now, est, quorum)
 }
 
@@ -969,8 +987,8 @@ func (w *simWorld) agent(n *simNode) {
 			n.awaiting, n.nextClaim = 0, w.now+claimRetry
 		}
 	case n.gen == nil:
-		if w.now < n.nextClaim {
-			return
+		if w.now < n.nextClaim || n.stranger() && w.cfg.legacy {
+			return // (a node under another layout never claims)
 		}
 		l := simLayout
 		c := command{Type: cmdClaim, Node: &NodeInfo{ID: n.id, Name: n.name(), Datacenter: n.dc,
@@ -1770,6 +1788,10 @@ func (w *simWorld) probe(addr string) (Status, error) {
 		if !n.awake() {
 			return Status{}, errors.New("connection refused")
 		}
+		if n.stranger() && w.cfg.legacy {
+			return Status{ID: n.id, RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(), AppliedIndex: uint64(n.applied),
+				LastIndex: uint64(n.applied), Leaving: n.leaving != 0}, nil
+		}
 		dc := n.dc
 		return Status{ID: n.id, RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(), AppliedIndex: uint64(n.applied),
 			LastIndex: uint64(n.applied), Leaving: n.leaving != 0, Protocols: ownProtocols, Clock: n.clock().Now().UnixNano(),
@@ -1905,10 +1927,25 @@ func (w *simWorld) pollClocks(c *simCluster, l *simNode) {
 		if err != nil {
 			continue
 		}
-		if s, ok := statusClock(id, l.ownCluster(), st, l.clock().Now(), real); ok {
-			l.clocks.observe(id, s)
+		l.clocks.noteStatus(id, l.ownCluster(), st, l.clock().Now(), real)
+	}
+}
+
+// quietHalf: some cluster ends with voters that never report a clock
+// (legacy strangers) at least half of its voters.
+func (w *simWorld) quietHalf() bool {
+	for _, c := range w.cls {
+		quiet, voters := 0, c.voters()
+		for _, n := range w.nodes {
+			if n.stranger() && w.cfg.legacy && c.voter(n.id) {
+				quiet++
+			}
+		}
+		if len(voters) > 0 && 2*quiet >= len(voters) {
+			return true
 		}
 	}
+	return false
 }
 
 func (c *simCluster) voters() []string {
@@ -2021,7 +2058,7 @@ func (w *simWorld) membershipProblem(c *simCluster) string {
 	}
 	for _, n := range w.nodes {
 		if n.stranger() {
-			if c.voter(n.id) {
+			if c.voter(n.id) && !w.cfg.legacy { // (a legacy one cannot be told)
 				return fmt.Sprintf("%s, started with datacenter %d outside the layout, is a voter of %s: it can never claim", n.name(), n.dc, c.id)
 			}
 			continue
