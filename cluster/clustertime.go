@@ -237,7 +237,7 @@ func statusClock(id, own string, st Status, leaderNow, at time.Time) (clockSampl
 func (b *clockBook) noteStatus(id, own string, st Status, leaderNow, at time.Time) {
 	if s, ok := statusClock(id, own, st, leaderNow, at); ok {
 		b.observe(id, s)
-	} else if st.ID == id && st.ClusterID == own && own != "" {
+	} else if st.ID == id && st.ClusterID == own {
 		b.answeredQuiet(id, at)
 	}
 }
