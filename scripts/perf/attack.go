@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -143,7 +144,11 @@ func attack(args []string, stdout io.Writer) error {
 
 // startAttack starts the attacker process against every node's gRPC, Raft
 // and gossip ports and waits (up to 10 s) until it holds nine tenths of its
-// gRPC connections, as the nodes see them.
+// gRPC connections, as the nodes see them. The attacker runs at the lowest
+// CPU priority (nice 19) when b.attackNice is set: a real attacker dials
+// from machines of its own, and here it shares the nodes' and the fleet's
+// two cores; what each refusal costs a node is still spent, at the node's
+// priority.
 func (b *bench) startAttack(nodes []*proc) (*proc, error) {
 	self, err := os.Executable()
 	if err != nil {
@@ -151,6 +156,13 @@ func (b *bench) startAttack(nodes []*proc) (*proc, error) {
 	}
 	p := newProc(self, b.root, fmt.Sprintf("attack-%s", nodes[0].name))
 	p.args = []string{"attack"}
+	if b.fleetCfg.attackNice {
+		nice, err := exec.LookPath("nice")
+		if err != nil {
+			return nil, fmt.Errorf("--fleet-attack-nice: %w", err)
+		}
+		p.bin, p.args = nice, []string{"-n", "19", self, "attack"}
+	}
 	ports := map[int]int{}
 	want := 0
 	for i, n := range nodes {

@@ -36,6 +36,8 @@ type fleetConfig struct {
 	// nodeFlags are more idgend flags for the fleet's nodes
 	// (--fleet-node-flags, space-separated).
 	nodeFlags string
+	// attackNice: the attacker runs at nice 19 (--fleet-attack-nice).
+	attackNice bool
 }
 
 // fleetBaseline is the fleet every figure of the part is compared with, run

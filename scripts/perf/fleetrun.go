@@ -466,7 +466,11 @@ func (b *bench) fleetRows(base, full, att *fleetStats) {
 		for _, a := range attackPerNode {
 			parts = append(parts, fmt.Sprintf("%s %d (%.0f/s)", a.kind, closed[a.kind], float64(closed[a.kind])/att.attack.Seconds))
 		}
-		b.add("attacker: connections the nodes closed, each redialled at once (3 nodes)", strings.Join(parts, ", "),
+		label := "attacker: connections the nodes closed, each redialled at once (3 nodes)"
+		if b.fleetCfg.attackNice {
+			label = "attacker, at nice 19: connections the nodes closed, each redialled at once (3 nodes)"
+		}
+		b.add(label, strings.Join(parts, ", "),
 			fmt.Sprintf("over %.0f s; %d dials failed; the attacker's process used %.0f%% of a core", att.attack.Seconds, dialErrs,
 				100*att.attack.CPU.Seconds()/att.attack.Seconds), "")
 	}

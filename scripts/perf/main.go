@@ -69,6 +69,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&fc.duration, "fleet-duration", 20*time.Second, "fleet: each client draws for this long after its start")
 	fs.Uint64Var(&fc.seed, "fleet-seed", 1, "fleet: seed of the draws' intervals")
 	fs.StringVar(&fc.nodeFlags, "fleet-node-flags", "", "fleet: more idgend flags for the fleet's nodes, space-separated (e.g. \"--grpc-max-client-conns 8192\")")
+	fs.BoolVar(&fc.attackNice, "fleet-attack-nice", false, "fleet: run the attacker at the lowest CPU priority (nice 19), as an attacker dialling from machines of its own would cost this one only the nodes' side of each connection")
 	fs.IntVar(&fc.sources, "fleet-sources", 0, "fleet: loopback source addresses the clients dial from (0 = one per client, as pods; 1 = all from 127.0.0.1, as behind one NAT)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
