@@ -19,9 +19,7 @@ import (
 // reported nothing for clockTTL while this node led (dead, cut off, or a
 // release that puts no clock in its Status and sends no commands) is absent:
 // the quorum is taken over the voters present, so that a silent voter is
-// never a reason to grant nothing. A voter known not to report is absent
-// at once (clockAwaited): one gossip shows gone, and one that holds no slot
-// and whose own Status came without a clock.
+// never a reason to grant nothing.
 
 // clockSampleTTL: a report older than this says nothing about a clock now.
 // Every node reserves at least every half lead (5 s by default), so a live
@@ -39,28 +37,6 @@ type clockSample struct {
 type clockBook struct {
 	mu   sync.Mutex
 	last map[string]clockSample
-	// quiet: when each voter's own Status last came without a clock (a
-	// release before protocol 2).
-	quiet map[string]time.Time
-}
-
-// answeredQuiet records that id's own Status, of this cluster, came at at
-// without a clock.
-func (b *clockBook) answeredQuiet(id string, at time.Time) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.quiet == nil {
-		b.quiet = map[string]time.Time{}
-	}
-	b.quiet[id] = at
-}
-
-// quietWithin: id's own Status came without a clock within ttl of now.
-func (b *clockBook) quietWithin(id string, now time.Time, ttl time.Duration) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	at, ok := b.quiet[id]
-	return ok && now.Sub(at) <= ttl
 }
 
 func (b *clockBook) observe(id string, s clockSample) {
@@ -78,7 +54,7 @@ func (b *clockBook) observe(id string, s clockSample) {
 func (b *clockBook) reset() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.last, b.quiet = nil, nil
+	b.last = nil
 }
 
 // byID returns the current clock of each of ids that reported within ttl:
@@ -158,31 +134,50 @@ func (n *Node) clusterNow(own time.Time) (time.Time, bool) {
 	}
 	now := time.Now()
 	members := n.gossip.snapshot()
+	var founded bool
+	n.fsm.view(func(s *state) { founded = s.Layout != nil })
+	if !founded {
+		led = 0 // (Init's start: never from fewer than a quorum of all the founders)
+	}
 	awaited := 0
-	n.fsm.view(func(s *state) {
-		for _, id := range others {
-			m, seen := members[id]
-			gone := seen && (m.State == MemberDead || m.State == MemberLeft)
-			reported := len(n.clocks.byID([]string{id}, now, n.cfg.clockTTL)) > 0
-			if clockAwaited(reported, gone, n.clocks.quietWithin(id, now, n.cfg.clockTTL) && s.slotOf(id) < 0) {
-				awaited++
-			}
+	for _, id := range others {
+		m, seen := members[id]
+		gone := seen && (m.State == MemberDead || m.State == MemberLeft)
+		if clockAwaited(len(n.clocks.byID([]string{id}, now, n.cfg.clockTTL)) > 0, gone, founded) {
+			awaited++
 		}
-	})
+	}
 	est, quorum := clockQuorum(n.clocks.byID(others, now, n.cfg.clockTTL), awaited, led, n.cfg.clockTTL)
 	return clusterTime(own, est, quorum)
 }
 
-// clockAwaited: the leader counts a voter's clock toward the quorum when
-// it reported within the TTL (reported), or may yet: not when gossip shows
-// it gone (dead or left), and not when it holds no slot and its own Status
-// came without a clock within the TTL (quietSlotless: a release before
-// protocol 2 sends its clock only in Claims and Reserves, so a voter of it
-// that does not claim, one under another layout, never reports). Any
-// other voter not heard from is awaited until the leader has led for the
-// TTL (clockQuorum).
-func clockAwaited(reported, gone, quietSlotless bool) bool {
-	return reported || !gone && !quietSlotless
+// unreportedVoters are the other voters whose clocks this leader has not
+// heard within the TTL.
+func (n *Node) unreportedVoters() []string {
+	f := n.rs.raft.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	var out []string
+	for _, s := range f.Configuration().Servers {
+		id := string(s.ID)
+		if s.Suffrage == raft.Voter && id != n.id && len(n.clocks.byID([]string{id}, time.Now(), n.cfg.clockTTL)) == 0 {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// clockAwaited: the leader counts toward the quorum a voter that reported
+// within the TTL, and one that may yet: before the cluster is founded
+// (founded false: no Init in the log) every founding voter, whatever it is,
+// so that Init's start is never from fewer than a quorum of all of them (a
+// release before protocol 2 reports no clock before Init: founders of it
+// are waited for, with the reason in the leader's not-ready text); after
+// Init every voter but those gossip shows gone (dead or left), each until
+// the leader has led for the TTL (clockQuorum).
+func clockAwaited(reported, gone, founded bool) bool {
+	return reported || !gone || !founded
 }
 
 // clockQuorum is which clocks count in the cluster's time and how many of
@@ -231,17 +226,6 @@ func statusClock(id, own string, st Status, leaderNow, at time.Time) (clockSampl
 	return clockSample{reported: time.Unix(0, st.Clock), leader: leaderNow, at: at}, true
 }
 
-// noteStatus records in b what voter id's Status answer st tells the
-// leader of cluster own about its clock, at real time at: its clock
-// (statusClock), or that it answered for itself without one.
-func (b *clockBook) noteStatus(id, own string, st Status, leaderNow, at time.Time) {
-	if s, ok := statusClock(id, own, st, leaderNow, at); ok {
-		b.observe(id, s)
-	} else if st.ID == id && st.ClusterID == own {
-		b.answeredQuiet(id, at)
-	}
-}
-
 // pollClocks runs while this node leads: every clockPollEvery it asks each
 // voter it has not heard from within that time for its Status over the
 // authenticated transport and records the clock it answers with. It runs
@@ -286,7 +270,9 @@ func (n *Node) pollClocks(stop <-chan struct{}) {
 				continue
 			}
 			n.protocols.prove(k.id, a.st.Protocols.orLegacy())
-			n.clocks.noteStatus(k.id, own, a.st, n.clock.Now(), time.Now())
+			if s, ok := statusClock(k.id, own, a.st, n.clock.Now(), time.Now()); ok {
+				n.clocks.observe(k.id, s)
+			}
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -202,6 +203,10 @@ func (n *Node) establish() error {
 	now := n.clock.Now()
 	ct, known := n.clusterNow(now)
 	if err := founderCheck(n.cfg.bootstrapLayout(), now, ct, known, n.cfg.MaxSkew); err != nil {
+		if errors.Is(err, errAwaitingClocks) {
+			err = fmt.Errorf("%w (not heard from: %s; a release before protocol 2 reports no clock before Init: "+
+				"found a cluster with nodes of one release)", err, strings.Join(n.unreportedVoters(), ", "))
+		}
 		return err
 	}
 	var b [16]byte
@@ -283,7 +288,7 @@ func (n *Node) reconcile() {
 		Self: n.id, SelfRaftAddr: n.cfg.RaftAdvertise, SelfSpeaksAs: string(n.rs.transport.LocalAddr()), Own: n.ownCluster(),
 		LogHolds: n.logHolds,
 		Servers:  cf.Configuration().Servers, Members: n.gossip.snapshot(), Addable: map[string]bool{},
-		StateAddr: map[string]string{}, LeaderApplied: n.rs.raft.AppliedIndex(),
+		StateAddr: map[string]string{}, Holders: map[string]bool{}, LeaderApplied: n.rs.raft.AppliedIndex(),
 		Now: time.Now(), ReapAfter: n.cfg.ReapAfter,
 	}
 	v.Protocols, _, _ = n.clusterProtocol()
@@ -295,6 +300,11 @@ func (n *Node) reconcile() {
 	}
 	inRaft := serversByID(v.Servers)
 	n.fsm.view(func(s *state) {
+		for _, sl := range s.Slots {
+			if sl.Owner != "" {
+				v.Holders[sl.Owner] = true
+			}
+		}
 		for _, id := range s.sortedNodeIDs() {
 			v.StateAddr[id] = s.Nodes[id].GRPCAddr
 			if _, ok := inRaft[id]; !ok && id != n.id {

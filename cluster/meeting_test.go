@@ -152,7 +152,6 @@ func TestSurvivorOfADeadClusterDoesNotStopItsReplacement(t *testing.T) {
 // skewed), makes s the leader before anything is written (every Init is
 // held back until then), and returns the cluster once its Init is applied.
 func foundWithSkewedLeader(t *testing.T, skew time.Duration) *testCluster {
-	tc := newTestCluster(t)
 	var hold atomic.Bool
 	hold.Store(true)
 	gate := func(c command) error {
@@ -161,21 +160,37 @@ func foundWithSkewedLeader(t *testing.T, skew time.Duration) *testCluster {
 		}
 		return nil
 	}
-	for _, name := range []string{"a", "b", "s"} {
-		spec := tc.add(name, 3)
+	tc := threeFoundersLedByS(t, func(name string, spec *nodeSpec) {
 		spec.cfg.applyFault = gate
 		if name == "s" {
 			spec.cfg.Clock = skewedClock{skew}
 		}
-	}
+	})
+	hold.Store(false)
 	for _, name := range []string{"a", "b", "s"} {
-		for _, other := range []string{"a", "b", "s"} {
+		n := tc.node(name)
+		harness.WaitFor(t, 30*time.Second, name+" to apply the Init", func() bool { _, ok := n.clusterLayout(); return ok })
+	}
+	return tc
+}
+
+// threeFoundersLedByS starts a, b and s, each with --bootstrap-expect 3 and
+// the others as seeds, shaped by tweak, and waits until s leads (asking
+// whoever else leads to hand it over).
+func threeFoundersLedByS(t *testing.T, tweak func(name string, spec *nodeSpec)) *testCluster {
+	tc := newTestCluster(t)
+	names := []string{"a", "b", "s"}
+	for _, name := range names {
+		tweak(name, tc.add(name, 3))
+	}
+	for _, name := range names {
+		for _, other := range names {
 			if other != name {
 				tc.specs[name].cfg.Join = append(tc.specs[name].cfg.Join, tc.specs[other].cfg.GossipAddr)
 			}
 		}
 	}
-	for _, name := range []string{"a", "b", "s"} {
+	for _, name := range names {
 		tc.start(name)
 	}
 	s := tc.node("s")
@@ -190,11 +205,6 @@ func foundWithSkewedLeader(t *testing.T, skew time.Duration) *testCluster {
 		}
 		return false
 	})
-	hold.Store(false)
-	for _, name := range []string{"a", "b", "s"} {
-		n := tc.node(name)
-		harness.WaitFor(t, 30*time.Second, name+" to apply the Init", func() bool { _, ok := n.clusterLayout(); return ok })
-	}
 	return tc
 }
 
@@ -359,6 +369,38 @@ func TestOutranks(t *testing.T) {
 		}
 		if got := c.b.outranks(c.a); got != c.bKeeps {
 			t.Errorf("%s: b.outranks(a) = %v, want %v", c.name, got, c.bKeeps)
+		}
+	}
+}
+
+// TestFoundersWithoutClocksFoundNothing (outside attack 8): founders a and
+// b are of a release that reports no clock before Init (none in its
+// Status); s, the founding leader, runs an hour ahead. Treated as absent (at
+// once as quiet, or after the TTL), a and b left founderCheck passing on
+// s's clock alone, and Init put every slot an hour ahead. Init's start is
+// never from fewer than a quorum of all the founding voters' clocks
+// (clockAwaited): s founds nothing, and says whose clocks it awaits.
+func TestFoundersWithoutClocksFoundNothing(t *testing.T) {
+	tc := threeFoundersLedByS(t, func(name string, spec *nodeSpec) {
+		if name == "s" {
+			spec.cfg.Clock = skewedClock{time.Hour}
+			spec.cfg.clockTTL = 2 * time.Second // the TTL's absence, within the test's wait
+		} else {
+			spec.cfg.previousStatus, spec.cfg.protocols = true, legacyProtocols
+		}
+	})
+	s := tc.node("s")
+	led := time.Now()
+	for time.Since(led) < 3*s.cfg.clockTTL+4*time.Second {
+		if tc.node("a").ownCluster() != "" {
+			checkInitStart(t, tc.node("a"))
+			t.Fatalf("Init written %v after s led, from s's clock alone: the founders a and b never reported one", time.Since(led).Round(time.Millisecond))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if s.rs.raft.State() == raft.Leader {
+		if err := s.establish(); !errors.Is(err, errAwaitingClocks) || !strings.Contains(err.Error(), tc.node("a").ID()) {
+			t.Errorf("s's establish: %v; want it awaiting the founders' clocks, naming a", err)
 		}
 	}
 }

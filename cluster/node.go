@@ -102,6 +102,9 @@ type Config struct {
 	// noClockInStatus, set only by this package's tests, leaves the clock
 	// out of Status, as a release before protocol 2 does.
 	noClockInStatus bool
+	// previousStatus, set only by this package's tests, shapes Status as a
+	// release before protocol 2 does: no clock, layout or datacenter.
+	previousStatus bool
 	// neverClaim, set only by this package's tests, keeps the agent from
 	// claiming: a voter that holds no slot (a standby of a release before
 	// protocol 2, or one refused every claim).
@@ -680,11 +683,13 @@ func (n *Node) Status() Status {
 	st.RaftAddr, st.Leaving = n.cfg.RaftAdvertise, n.leaving.Load()
 	st.Protocols = n.cfg.protocols
 	_, st.ClusterProtocol, _ = n.clusterProtocol()
-	if !n.cfg.noClockInStatus {
+	if !n.cfg.noClockInStatus && !n.cfg.previousStatus {
 		st.Clock = n.clock.Now().UnixNano()
 	}
-	dc := n.cfg.Datacenter
-	st.ConfiguredLayout, st.Datacenter = n.cfg.Layout, &dc
+	if !n.cfg.previousStatus {
+		dc := n.cfg.Datacenter
+		st.ConfiguredLayout, st.Datacenter = n.cfg.Layout, &dc
+	}
 	n.fsm.view(func(s *state) { st.GrantedWindows = s.grantedWindows() })
 	n.conflicts.Range(func(k, _ any) bool {
 		st.ConflictingClusters = append(st.ConflictingClusters, k.(string))

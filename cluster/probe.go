@@ -224,6 +224,23 @@ func canTakePart(st Status, l *generator.Layout) error {
 	return nil
 }
 
+// shownToTakePart: a non-voter is promoted only once it has shown that it
+// can take part: it holds a slot in the log (holds), or its Status says
+// the layout and datacenter it was started with (protocol 2), which
+// canTakePart has checked. A release before protocol 2 says neither, and
+// started under another layout it never claims: as a voter it would never
+// report a clock (its Status carries none), and a majority of such voters
+// left the cluster without a quorum of clocks, or a leader of that release
+// that grants nothing without one. It stays a non-voter, and is promoted
+// once it holds a slot.
+func shownToTakePart(st Status, holds bool) error {
+	if holds || st.Datacenter != nil {
+		return nil
+	}
+	return fmt.Errorf("%w (it holds no slot, and its Status says neither its layout nor its datacenter, as a release "+
+		"before protocol 2's does: it is promoted once it holds a slot; if it never claims, see its log for a layout mismatch)", errProbeNoClaim)
+}
+
 // probeBackoff is when a member not in Raft whose probe failed is asked
 // again, for the addresses gossip showed then (key).
 type probeBackoff struct {

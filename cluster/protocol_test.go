@@ -222,27 +222,42 @@ func TestSilentVoterDoesNotStopTheLeader(t *testing.T) {
 	}
 }
 
-// TestQuietVotersDoNotHoldUpANewLeader: voters {a, x, y}, where x and y
-// are of a release that puts no clock in its Status and never claim (under
-// another layout): they never report. The leader used to await them for
-// the TTL (a minute) of every leadership, granting nothing meanwhile, not
-// even to its own slot; a slotless voter whose own Status came without a
-// clock is absent at once (clockAwaited).
-func TestQuietVotersDoNotHoldUpANewLeader(t *testing.T) {
+// TestNodeThatShowsNothingIsNotPromoted: x and y are of a release before
+// protocol 2 started under another layout: they never claim, and their
+// Status says no clock, layout or datacenter. As voters they would never
+// report a clock: a leader awaited them for the TTL (a minute) of each
+// leadership, and the previous release's leader, which grants nothing
+// without a quorum of clocks, stopped the cluster for good once one of them
+// led (outside attack 8). They stay non-voters (shownToTakePart); an old
+// node that claims is promoted once it holds a slot.
+func TestNodeThatShowsNothingIsNotPromoted(t *testing.T) {
 	tc := newTestCluster(t)
-	tc.add("a", 1) // the default TTL of a minute
-	for _, name := range []string{"x", "y"} {
+	tc.add("a", 1)
+	for _, name := range []string{"x", "y", "old"} {
 		q := tc.add(name, 1, "a")
-		q.cfg.neverClaim, q.cfg.noClockInStatus = true, true
+		q.cfg.previousStatus, q.cfg.protocols = true, legacyProtocols
+		q.cfg.neverClaim = name != "old"
 	}
 	a := tc.start("a")
 	waitReady(t, a)
-	tc.start("x")
-	tc.start("y")
-	waitVoters(t, a, 3)
+	x, y := tc.start("x"), tc.start("y")
+	harness.WaitFor(t, 20*time.Second, "x and y added as non-voters", func() bool {
+		return a.inRaftConfig(x.ID()) && a.inRaftConfig(y.ID())
+	})
+	for range 3 { // three sweeps at least, past the second a promotion waits
+		before := a.sweeps.Load()
+		harness.WaitFor(t, 10*time.Second, "a sweep", func() bool { return a.sweeps.Load() > before })
+	}
+	waitVoters(t, a, 1)
 	keepsGranting(t, tc, a, 20*time.Second)
-	if ok, reason := a.Ready(); !ok {
-		t.Errorf("leader not ready with two quiet voters: %s", reason)
+	old := tc.start("old")
+	waitReady(t, old)
+	waitVoters(t, a, 2)
+	members, _ := a.Members()
+	for _, m := range members {
+		if voter := m.RaftRole == "voter" || m.RaftRole == "leader"; voter != (m.ID == a.ID() || m.ID == old.ID()) {
+			t.Errorf("%s (%s) a voter: %v; want only a and the old node that holds a slot", m.Name, m.ID, voter)
+		}
 	}
 	tc.checkContainment()
 }

@@ -50,6 +50,8 @@ type memberView struct {
 	// Layout is the cluster's layout (nil before Init): a member that could
 	// never claim under it is not added or promoted (canTakePart).
 	Layout *generator.Layout
+	// Holders are the nodes that hold a slot in the replica.
+	Holders map[string]bool
 }
 
 // protocols is the range a member must share with the servers to be added
@@ -440,6 +442,9 @@ func (ls *leaderState) promotion(v *memberView, out []memberAction, id string, m
 		return append(out, memberAction{Kind: actRefuse, ID: id, Name: m.Meta.Name, Why: "not promoting a non-voter", Err: err}), false
 	}
 	delete(ls.unprovenSince, id)
+	if err := shownToTakePart(st, v.Holders[id]); err != nil {
+		return append(out, memberAction{Kind: actRefuse, ID: id, Name: m.Meta.Name, Why: "not promoting a non-voter", Err: err}), false
+	}
 	delete(ls.refused, id)
 	since, ok := ls.nonvoterSince[id]
 	if !ok {

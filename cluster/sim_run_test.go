@@ -44,7 +44,7 @@ func TestSimulate(t *testing.T) {
 	}
 	t.Logf("seeds %d.. (at most %d seeds or %v)", first, seeds, budget)
 	start := time.Now()
-	var events, minted, clusters, wrongCluster, forged, meetings, fenced, fences, beforeFence, withdrawn, doomed, replaced, quiet, quietHalf int
+	var events, minted, clusters, wrongCluster, forged, meetings, fenced, fences, beforeFence, withdrawn, doomed, replaced, legacy int
 	var acts [actPromote + 1]int
 	var settle, worst time.Duration // time from the faults' end to liveness for good
 	var worstSeed int64
@@ -69,10 +69,7 @@ func TestSimulate(t *testing.T) {
 			}
 		}
 		if w.cfg.legacy {
-			quiet++
-			if w.quietHalf() {
-				quietHalf++
-			}
+			legacy++
 		}
 		for _, c := range w.cls {
 			if c.met {
@@ -101,8 +98,7 @@ func TestSimulate(t *testing.T) {
 	t.Logf("meetings of a younger cluster with an older one: %d, the loser fenced by the winner's leader in %d (fenceForeign's commands written: %d); "+
 		"IDs both handed out before the fence (the meeting's window): %d; buffered IDs withdrawn for an ended tenure: %d; quorums lost for good: %d, their replacement outranking the survivor in %d",
 		meetings, fenced, fences, beforeFence, withdrawn, doomed, replaced)
-	t.Logf("worlds with voters that never report a clock (legacy strangers): %d, ending with such voters at least half of a cluster's: %d",
-		quiet, quietHalf)
+	t.Logf("worlds with legacy strangers (never claiming, no clock, layout or datacenter in their Status): %d", legacy)
 	t.Logf("reconcile sweeps (the shipped sweepProbes and sweepActions) carried out: %d reaps, %d non-voters added, %d promotions, %d moves",
 		acts[actReap], acts[actAddNonvoter], acts[actPromote], acts[actMoveAddr])
 }

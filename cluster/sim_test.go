@@ -119,9 +119,9 @@ type simConfig struct {
 	strangers int
 	// legacy: the strangers are of the release before protocol 2, started
 	// under another --layout: they never claim, and their Status carries no
-	// clock, datacenter or layout, so the leader cannot tell that they
-	// cannot take part and makes them voters. Voters that never report a
-	// clock (the absent rule). Half the worlds with strangers.
+	// clock, datacenter or layout. The leader must not make them voters
+	// either (shownToTakePart): they would never report a clock. Half the
+	// worlds with strangers.
 	legacy bool
 	// doom: at a third of the faults the first cluster loses its quorum
 	// for good (a majority of its voters crash and never come back); one
@@ -464,6 +464,10 @@ func (w *simWorld) bootstrap(n *simNode) *simCluster {
 func (w *simWorld) clusterNow(l *simNode, now time.Time) (time.Time, bool) {
 	var others []string
 	real, awaited := w.base.Add(w.now), 0
+	founded, led := l.replica.state.Layout != nil, w.now-l.ledAt
+	if !founded {
+		led = 0
+	}
 	for _, m := range l.cl.voters() {
 		if m == l.id {
 			continue
@@ -471,12 +475,11 @@ func (w *simWorld) clusterNow(l *simNode, now time.Time) (time.Time, bool) {
 		others = append(others, m)
 		// (gone is not modelled here: a voter the world's gossip shows gone
 		// is awaited, as a live one that has not reported is.)
-		reported := len(l.clocks.byID([]string{m}, real, clockSampleTTL)) > 0
-		if clockAwaited(reported, false, l.clocks.quietWithin(m, real, clockSampleTTL) && l.replica.state.slotOf(m) < 0) {
+		if clockAwaited(len(l.clocks.byID([]string{m}, real, clockSampleTTL)) > 0, false, founded) {
 			awaited++
 		}
 	}
-	est, quorum := clockQuorum(l.clocks.byID(others, real, clockSampleTTL), awaited, w.now-l.ledAt, clockSampleTTL)
+	est, quorum := clockQuorum(l.clocks.byID(others, real, clockSampleTTL), awaited, led, clockSampleTTL)
 	return clusterTime(now, est, quorum)
 }
 
@@ -1813,7 +1816,7 @@ func (w *simWorld) sweep(c *simCluster) {
 	}
 	v := &memberView{Self: l.id, SelfRaftAddr: raftAddr(l.addr), Own: l.ownCluster(),
 		Servers: append([]raft.Server(nil), c.servers...), Members: w.gossipView(), Addable: map[string]bool{},
-		StateAddr: map[string]string{}, LeaderApplied: uint64(l.applied), Now: w.base.Add(w.now), ReapAfter: simReapAfter}
+		StateAddr: map[string]string{}, Holders: map[string]bool{}, LeaderApplied: uint64(l.applied), Now: w.base.Add(w.now), ReapAfter: simReapAfter}
 	if l.replica.state.Layout != nil {
 		v.Layout = l.replica.state.Layout
 	}
@@ -1828,6 +1831,11 @@ func (w *simWorld) sweep(c *simCluster) {
 		}
 	}
 	st := l.replica.state
+	for _, sl := range st.Slots {
+		if sl.Owner != "" {
+			v.Holders[sl.Owner] = true
+		}
+	}
 	for _, id := range st.sortedNodeIDs() {
 		v.StateAddr[id] = st.Nodes[id].GRPCAddr
 		if !c.member(id) && id != l.id {
@@ -1927,25 +1935,10 @@ func (w *simWorld) pollClocks(c *simCluster, l *simNode) {
 		if err != nil {
 			continue
 		}
-		l.clocks.noteStatus(id, l.ownCluster(), st, l.clock().Now(), real)
-	}
-}
-
-// quietHalf: some cluster ends with voters that never report a clock
-// (legacy strangers) at least half of its voters.
-func (w *simWorld) quietHalf() bool {
-	for _, c := range w.cls {
-		quiet, voters := 0, c.voters()
-		for _, n := range w.nodes {
-			if n.stranger() && w.cfg.legacy && c.voter(n.id) {
-				quiet++
-			}
-		}
-		if len(voters) > 0 && 2*quiet >= len(voters) {
-			return true
+		if s, ok := statusClock(id, l.ownCluster(), st, l.clock().Now(), real); ok {
+			l.clocks.observe(id, s)
 		}
 	}
-	return false
 }
 
 func (c *simCluster) voters() []string {
@@ -2058,7 +2051,10 @@ func (w *simWorld) membershipProblem(c *simCluster) string {
 	}
 	for _, n := range w.nodes {
 		if n.stranger() {
-			if c.voter(n.id) && !w.cfg.legacy { // (a legacy one cannot be told)
+			if c.voter(n.id) && w.cfg.legacy {
+				return fmt.Sprintf("%s, of the release before protocol 2 under another layout, is a voter of %s: it never claims, nor reports a clock", n.name(), c.id)
+			}
+			if c.voter(n.id) {
 				return fmt.Sprintf("%s, started with datacenter %d outside the layout, is a voter of %s: it can never claim", n.name(), n.dc, c.id)
 			}
 			continue
