@@ -289,7 +289,7 @@ func (n *Node) reconcile() {
 		LogHolds: n.logHolds,
 		Servers:  cf.Configuration().Servers, Members: n.gossip.snapshot(), Addable: map[string]bool{},
 		StateAddr: map[string]string{}, Holders: map[string]bool{}, LeaderApplied: n.rs.raft.AppliedIndex(),
-		Now: time.Now(), ReapAfter: n.cfg.ReapAfter,
+		Now: time.Now(), ReapAfter: n.cfg.ReapAfter, RaftAnswered: n.rs.transport.answeredAt,
 	}
 	v.Protocols, _, _ = n.clusterProtocol()
 	if l, ok := n.clusterLayout(); ok {

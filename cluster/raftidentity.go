@@ -56,6 +56,30 @@ type identityTransport struct {
 	stop    sync.Once
 	counts  *door.Counts
 	refusal *door.RateLog
+	// answered: when each server last answered one of this node's
+	// AppendEntries (heartbeats included), by ID (time.Time).
+	answered sync.Map
+}
+
+// AppendEntries implements raft.Transport, noting each answer: a server
+// that answers the leader's heartbeats over the authenticated Raft
+// transport is there, whatever gossip says or a full gRPC port hides.
+func (t *identityTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest,
+	resp *raft.AppendEntriesResponse) error {
+	err := t.NetworkTransport.AppendEntries(id, target, args, resp)
+	if err == nil {
+		t.answered.Store(string(id), time.Now())
+	}
+	return err
+}
+
+// answeredAt is when server id last answered this node's AppendEntries
+// (zero: never).
+func (t *identityTransport) answeredAt(id string) time.Time {
+	if v, ok := t.answered.Load(id); ok {
+		return v.(time.Time)
+	}
+	return time.Time{}
 }
 
 var (

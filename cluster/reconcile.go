@@ -52,6 +52,14 @@ type memberView struct {
 	Layout *generator.Layout
 	// Holders are the nodes that hold a slot in the replica.
 	Holders map[string]bool
+	// RaftAnswered is when a server last answered this leader's
+	// AppendEntries over the Raft transport (zero: never; nil: not known).
+	RaftAnswered func(id string) time.Time
+}
+
+// raftAnsweredSince: server id answered this leader's Raft at or after t.
+func (v *memberView) raftAnsweredSince(id string, t time.Time) bool {
+	return v.RaftAnswered != nil && !v.RaftAnswered(id).Before(t)
 }
 
 // protocols is the range a member must share with the servers to be added
@@ -255,6 +263,14 @@ func (ls *leaderState) sweepActions(v *memberView, gone map[string]bool, answers
 			if away < v.ReapAfter || u.probes < 2 || v.Now.Sub(u.since) < v.ReapAfter/2 {
 				return
 			}
+			if v.raftAnsweredSince(id, v.Now.Add(-v.ReapAfter/2)) {
+				// Its gRPC port is kept from the leader (full, or cut), and
+				// gossip's news may be forged, but it answers Raft: it is here.
+				out = append(out, memberAction{Kind: actRefuse, ID: id, Name: v.Members[id].Meta.Name, Why: "not removing a member whose probes fail",
+					Err: fmt.Errorf("its probes fail, but it answered this leader's raft heartbeats at %s",
+						v.RaftAnswered(id).UTC().Format(time.RFC3339))})
+				return
+			}
 			news := "gone from gossip"
 			if left {
 				news = "shown left by gossip, which it never confirmed,"
@@ -435,7 +451,10 @@ func (ls *leaderState) promotion(v *memberView, out []memberAction, id string, m
 		if _, ok := ls.unprovenSince[id]; !ok {
 			ls.unprovenSince[id] = v.Now
 		}
-		if v.Now.Sub(ls.unprovenSince[id]) >= v.ReapAfter {
+		// (One that only goes unanswered while it answers Raft is not
+		// removed: its gRPC port is kept from the leader, not gone.)
+		kept := errors.Is(err, errProbeUnanswered) && v.raftAnsweredSince(id, v.Now.Add(-v.ReapAfter/2))
+		if v.Now.Sub(ls.unprovenSince[id]) >= v.ReapAfter && !kept {
 			delete(ls.unprovenSince, id)
 			return append(out, memberAction{Kind: actReap, ID: id, Why: fmt.Sprintf("a non-voter that has not proved itself for reap-after: %v", err)}), false
 		}

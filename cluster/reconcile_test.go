@@ -57,7 +57,8 @@ func answering(probes map[probeKey]bool, who map[string]probeAnswer) map[probeKe
 }
 
 func member(id string, applied uint64) probeAnswer {
-	return probeAnswer{st: Status{ID: id, RaftAddr: "r" + id, ClusterID: "own", AppliedIndex: applied, LastIndex: applied}}
+	anyDC := -1 // (a node of this build says its datacenter: shownToTakePart)
+	return probeAnswer{st: Status{ID: id, RaftAddr: "r" + id, ClusterID: "own", AppliedIndex: applied, LastIndex: applied, Datacenter: &anyDC}}
 }
 
 func sweep(ls *leaderState, v *memberView, who map[string]probeAnswer) []memberAction {
@@ -160,6 +161,44 @@ func TestSweepNeverReapsOnOneFailedProbe(t *testing.T) {
 	}); at >= 0 {
 		t.Errorf("a live member whose probe fails one sweep in three was reaped at %v", at)
 	}
+}
+
+// TestSweepKeepsAVoterThatAnswersRaft: a voter gossip shows dead (a forged
+// "dead" at the highest incarnation, which its refutation cannot beat)
+// whose every probe fails (its gRPC port kept full of a stranger's
+// handshakes) but which answers the leader's Raft heartbeats is not
+// removed; once its Raft answers stop too, it is, on the usual schedule
+// from when they stopped. (Outside attack round 9 had the leader reap a
+// live voter and free its slot with the gossip key and a full gRPC port.)
+func TestSweepKeepsAVoterThatAnswersRaft(t *testing.T) {
+	servers := []raft.Server{voter("a"), voter("b"), voter("c")}
+	dead := sweepMember("b")
+	dead.State, dead.Since = MemberDead, sweepT0
+	ls := newLeaderState()
+	raftStops := 2 * sweepReapAfter
+	for at := time.Duration(0); at <= 4*sweepReapAfter; at += sweepReapAfter / 10 {
+		now := sweepT0.Add(at)
+		v := sweepView(now, servers, dead, sweepMember("c"))
+		v.RaftAnswered = func(id string) time.Time {
+			if id == "b" && at <= raftStops {
+				return now
+			}
+			return sweepT0.Add(raftStops)
+		}
+		got := kinds(sweep(&ls, v, map[string]probeAnswer{"c": member("c", 100)}))
+		switch {
+		case got == "reap b" && at <= raftStops:
+			t.Fatalf("at %v: reaped b while it answers raft", at)
+		case got == "reap b":
+			if at < raftStops+sweepReapAfter/2 {
+				t.Errorf("reaped at %v, %v after its raft answers stopped: want at least half of reap-after of failed probes after that", at, at-raftStops)
+			}
+			return
+		case got != "" && got != "refuse b":
+			t.Fatalf("at %v: %s", at, got)
+		}
+	}
+	t.Fatalf("b was never reaped after its raft answers stopped at %v", raftStops)
 }
 
 // TestSweepReapsOnlyWhatDoesNotAnswerAsAMember: a server gossip shows dead
