@@ -308,3 +308,46 @@ func TestOnlyVoterCannotLeaveItsNonVoters(t *testing.T) {
 	waitReady(t, a)
 	tc.issue(a, 100)
 }
+
+// TestWipedNodeAtTheOldRaftAddressFreesTheOldID: c is wiped and restarted
+// at its Raft and gossip addresses as a new ID, on a new gRPC address (and,
+// in the second case, under another layout, so the leader never adds it).
+// The new process answers the leader's heartbeats sent to the old ID, as
+// itself. The old ID is still removed and its slot freed: counting every
+// answer at the address as the old ID's kept it a voter, holding its slot,
+// for good (outside attack round 10).
+func TestWipedNodeAtTheOldRaftAddressFreesTheOldID(t *testing.T) {
+	for _, tcase := range []struct {
+		name   string
+		layout bool
+	}{{"new gRPC address", false}, {"new gRPC address and another layout", true}} {
+		t.Run(tcase.name, func(t *testing.T) {
+			tc := startThree(t)
+			oldID, oldSlot := tc.node("c").ID(), tc.node("c").Status().Slot
+			tc.issue(tc.node("c"), 500)
+			tc.stop("c")
+			s := tc.specs["c"]
+			s.cfg.DataDir = t.TempDir()
+			s.cfg.GRPCAddr = "grpc-c-new:1"
+			if tcase.layout {
+				l := generator.DefaultLayout()
+				l.SequenceBits--
+				l.TimestampBits++
+				s.cfg.Layout = l
+			}
+			tc.start("c")
+			harness.WaitFor(t, 30*time.Second, "the old ID out of raft and its slot freed", func() bool {
+				for _, name := range []string{"a", "b"} {
+					n := tc.node(name)
+					if n.rs.raft.State() != raft.Leader {
+						continue
+					}
+					holder := ""
+					n.fsm.view(func(st *state) { holder = st.Slots[oldSlot].Owner })
+					return !n.inRaftConfig(oldID) && holder != oldID
+				}
+				return false
+			})
+		})
+	}
+}

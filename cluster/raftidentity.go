@@ -61,13 +61,16 @@ type identityTransport struct {
 	answered sync.Map
 }
 
-// AppendEntries implements raft.Transport, noting each answer: a server
-// that answers the leader's heartbeats over the authenticated Raft
-// transport is there, whatever gossip says or a full gRPC port hides.
+// AppendEntries implements raft.Transport, noting each answer that names
+// the server it was sent to: a server that answers the leader's heartbeats
+// as itself over the authenticated Raft transport is there, whatever
+// gossip says or a full gRPC port hides. (Whoever listens at the address
+// answers; a wiped node restarted there answers as its new ID, and is no
+// proof that the old one lives: outside attack round 10.)
 func (t *identityTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest,
 	resp *raft.AppendEntriesResponse) error {
 	err := t.NetworkTransport.AppendEntries(id, target, args, resp)
-	if err == nil {
+	if err == nil && len(resp.ID) > 0 && string(resp.ID) == string(id) {
 		t.answered.Store(string(id), time.Now())
 	}
 	return err

@@ -350,8 +350,7 @@ func newGRPCDoor(lis net.Listener, cfg *tls.Config, b Bounds, ref *refusals) *gr
 	g := door.NewGate(lis, handshake, door.GateConfig{
 		Timeout: HandshakeTimeout, MaxPending: b.Handshakes, MaxPendingPerPeer: b.HandshakesPerAddress,
 		Policy: door.FairShare, MinAge: cmp.Or(b.handshakeMinAge, HandshakeMinAge), SilentAge: HandshakeSilentAge,
-		TLSRecords: cfg != nil,
-		Refused:    func(remote net.Addr, err error) { ref.refused(remote, err, b) },
+		Refused: func(remote net.Addr, err error) { ref.refused(remote, err, b) },
 		AcceptError: func(err error) {
 			ref.log.Log(slog.LevelError, "accept", "", "gRPC port cannot accept connections", "err", err)
 		},

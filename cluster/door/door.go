@@ -142,12 +142,6 @@ type GateConfig struct {
 	// covers the time a real peer takes to send its first bytes (its
 	// ClientHello) after connecting.
 	SilentAge time.Duration
-	// TLSRecords (FairShare): the handshake reads TLS records. A peer that
-	// began a record and has not finished it within SilentAge is as
-	// silent as one that sent nothing (a real peer writes each record
-	// whole: one byte of a ClientHello, or a drip of them, is a stall that
-	// would otherwise keep its place until MinAge).
-	TLSRecords bool
 	// Refused, if set, hears of every refused connection and why.
 	Refused func(remote net.Addr, reason error)
 	// AcceptError, if set, hears of accept errors other than a closed
@@ -181,23 +175,16 @@ type pendingConn struct {
 	elem    *list.Element
 	evicted error // ErrEvicted or ErrEvictedPerPeer once closed for a newcomer
 	// FairShare: when the handshake first asked to read from the peer
-	// (unix nanoseconds; 0: not yet), and whether it has read a byte;
-	// with TLSRecords, since when the peer owes the rest of a record it
-	// began (0: between records).
+	// (unix nanoseconds; 0: not yet), and whether it has read a byte.
 	reading atomic.Int64
 	heard   atomic.Bool
-	owing   atomic.Int64
 }
 
 // heardConn marks its pendingConn reading on the first Read and heard on
-// the first byte read; with records set it follows the TLS record framing
-// of what it reads (records), to mark its pendingConn owing while a record
-// is unfinished. Only the handshake's goroutine reads.
+// the first byte read.
 type heardConn struct {
 	net.Conn
-	p       *pendingConn
-	records bool
-	rec     recordFraming
+	p *pendingConn
 }
 
 func (c *heardConn) Read(b []byte) (int, error) {
@@ -208,52 +195,7 @@ func (c *heardConn) Read(b []byte) (int, error) {
 	if n > 0 && !c.p.heard.Load() {
 		c.p.heard.Store(true)
 	}
-	if c.records && n > 0 {
-		switch began, mid := c.rec.feed(b[:n]); {
-		case !mid:
-			c.p.owing.Store(0)
-		case began || c.p.owing.Load() == 0:
-			c.p.owing.Store(time.Now().UnixNano())
-		}
-	}
 	return n, err
-}
-
-// recordFraming follows TLS record boundaries in a byte stream: a 5-byte
-// header (type, version, length) and length bytes of body.
-type recordFraming struct {
-	hdr    [5]byte
-	hdrN   int // header bytes read of the current record
-	remain int // body bytes still to come once the header is whole
-}
-
-// feed takes the next bytes of the stream; began says a record began in
-// them and is unfinished, mid that the stream now ends inside a record.
-func (f *recordFraming) feed(b []byte) (began, mid bool) {
-	for len(b) > 0 {
-		if f.hdrN < len(f.hdr) {
-			if f.hdrN == 0 {
-				began = true
-			}
-			k := copy(f.hdr[f.hdrN:], b)
-			f.hdrN += k
-			b = b[k:]
-			if f.hdrN == len(f.hdr) {
-				f.remain = int(f.hdr[3])<<8 | int(f.hdr[4])
-			}
-			continue
-		}
-		k := min(f.remain, len(b))
-		f.remain -= k
-		b = b[k:]
-		if f.remain == 0 {
-			f.hdrN, began = 0, false
-		}
-	}
-	if f.hdrN == len(f.hdr) && f.remain == 0 { // an empty record
-		f.hdrN, began = 0, false
-	}
-	return began, f.hdrN > 0
 }
 
 // NewGate starts accepting from l. Close stops it and closes l.
@@ -434,9 +376,6 @@ func (g *Gate) evictable(p *pendingConn, more int, now time.Time) bool {
 	if now.Sub(p.start) >= g.cfg.MinAge {
 		return true
 	}
-	if owing := p.owing.Load(); owing != 0 && now.Sub(time.Unix(0, owing)) >= g.cfg.SilentAge {
-		return true // a record begun and left unfinished: a stall, not a slow peer
-	}
 	since := p.reading.Load()
 	if since == 0 || p.heard.Load() {
 		return false
@@ -475,7 +414,7 @@ func (g *Gate) run(p *pendingConn) {
 	_ = p.c.SetDeadline(p.start.Add(g.cfg.Timeout))
 	var hc net.Conn = p.c
 	if g.cfg.Policy == FairShare {
-		hc = &heardConn{Conn: p.c, p: p, records: g.cfg.TLSRecords}
+		hc = &heardConn{Conn: p.c, p: p}
 	}
 	c, err := g.handshake(hc)
 	if err == nil {

@@ -418,28 +418,3 @@ func TestGateFairShare(t *testing.T) {
 		}
 	}
 }
-
-// TestRecordFraming: the gate's TLS record framing says when the stream
-// ends inside a record, however the bytes are split.
-func TestRecordFraming(t *testing.T) {
-	rec := func(n int) []byte { return append([]byte{0x16, 3, 1, byte(n >> 8), byte(n)}, make([]byte, n)...) }
-	for _, tc := range []struct {
-		name   string
-		chunks [][]byte
-		mid    []bool // after each chunk
-	}{
-		{"a whole record", [][]byte{rec(300)}, []bool{false}},
-		{"one byte, then the rest", [][]byte{rec(300)[:1], rec(300)[1:]}, []bool{true, false}},
-		{"the header, then the body in two", [][]byte{rec(300)[:5], rec(300)[5:100], rec(300)[100:]}, []bool{true, true, false}},
-		{"an empty record", [][]byte{rec(0)}, []bool{false}},
-		{"a record and a half", [][]byte{append(rec(10), rec(20)[:7]...), rec(20)[7:]}, []bool{true, false}},
-		{"two records", [][]byte{append(rec(10), rec(20)...)}, []bool{false}},
-	} {
-		var f recordFraming
-		for i, c := range tc.chunks {
-			if _, mid := f.feed(c); mid != tc.mid[i] {
-				t.Errorf("%s: after chunk %d, inside a record: %v, want %v", tc.name, i, mid, tc.mid[i])
-			}
-		}
-	}
-}
