@@ -52,7 +52,9 @@ const (
 	// address, the victim is that address's oldest such one whose peer has
 	// been silent for SilentAge; past the total, the oldest such one of
 	// the address holding the most, if that is more than the newcomer's
-	// address holds (and, if only one more, silent for SilentAge). With
+	// address holds (and, if only one more, silent for SilentAge), or the
+	// oldest of an address past its share of the places whatever it has
+	// sent (fairVictim). With
 	// no victim the newcomer is closed at once (ErrFullPerPeer, ErrFull):
 	// that costs the node nothing, and the peer dials again later. So a
 	// stranger's silent connections are the first to go, one address never
@@ -386,18 +388,36 @@ func (g *Gate) evictable(p *pendingConn, more int, now time.Time) bool {
 // fairVictim is the pending handshake FairShare closes for a newcomer from
 // peer past the total, or nil: of the evictable ones whose address holds
 // more than peer does, one of the address holding the most, the oldest of
-// them.
+// them; failing that, the oldest of the address holding the most if it is
+// past its share (more than MaxPending over the addresses holding any,
+// the newcomer's counted, and at least two more than the newcomer's),
+// whatever its handshakes have sent. The share is what keeps a stranger
+// from a few addresses out of the places: connections that sent a byte,
+// or a whole tiny record, and started over before MinAge held them all
+// (outside attack rounds 9 and 10). A stranger with as many addresses as
+// there are places is not told apart from a fleet.
 func (g *Gate) fairVictim(peer string, now time.Time) *list.Element {
-	var victim *list.Element
 	mine := g.byPeer[peer]
-	most := mine
-	for e := g.pending.Front(); e != nil; e = e.Next() {
-		p := e.Value.(*pendingConn)
-		if n := g.byPeer[p.peer]; n > most && g.evictable(p, n-mine, now) {
-			victim, most = e, n
+	top := func(ok func(p *pendingConn, n int) bool) *list.Element {
+		var victim *list.Element
+		most := mine
+		for e := g.pending.Front(); e != nil; e = e.Next() {
+			p := e.Value.(*pendingConn)
+			if n := g.byPeer[p.peer]; n > most && ok(p, n) {
+				victim, most = e, n
+			}
 		}
+		return victim
 	}
-	return victim
+	if v := top(func(p *pendingConn, n int) bool { return g.evictable(p, n-mine, now) }); v != nil {
+		return v
+	}
+	addrs := len(g.byPeer)
+	if mine == 0 {
+		addrs++
+	}
+	share := max(1, g.cfg.MaxPending/addrs)
+	return top(func(_ *pendingConn, n int) bool { return n > share && n-mine >= 2 })
 }
 
 // forget takes p off the pending list; the caller holds mu.
