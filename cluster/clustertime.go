@@ -134,8 +134,7 @@ func (n *Node) clusterNow(own time.Time) (time.Time, bool) {
 	}
 	now := time.Now()
 	members := n.gossip.snapshot()
-	var founded bool
-	n.fsm.view(func(s *state) { founded = s.Layout != nil })
+	_, founded := n.stateLayout()
 	if !founded {
 		led = 0 // (Init's start: never from fewer than a quorum of all the founders)
 	}
@@ -173,7 +172,7 @@ func (n *Node) unreportedVoters() []string {
 // (founded false: no Init in the log) every founding voter, whatever it is,
 // so that Init's start is never from fewer than a quorum of all of them (a
 // release before protocol 2 reports no clock before Init: founders of it
-// are waited for, with the reason in the leader's not-ready text); after
+// are waited for, and establish's error names them); after
 // Init every voter but those gossip shows gone (dead or left), each until
 // the leader has led for the TTL (clockQuorum).
 func clockAwaited(reported, gone, founded bool) bool {

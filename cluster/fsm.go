@@ -533,4 +533,15 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 func (s *fsmSnapshot) Release() {}
 
 // sortedNodeIDs returns the state's node IDs in order, for stable output.
+// holders are the nodes that hold a slot.
+func (s *state) holders() map[string]bool {
+	out := map[string]bool{}
+	for _, sl := range s.Slots {
+		if sl.Owner != "" {
+			out[sl.Owner] = true
+		}
+	}
+	return out
+}
+
 func (s *state) sortedNodeIDs() []string { return slices.Sorted(maps.Keys(s.Nodes)) }

@@ -288,7 +288,7 @@ func (n *Node) reconcile() {
 		Self: n.id, SelfRaftAddr: n.cfg.RaftAdvertise, SelfSpeaksAs: string(n.rs.transport.LocalAddr()), Own: n.ownCluster(),
 		LogHolds: n.logHolds,
 		Servers:  cf.Configuration().Servers, Members: n.gossip.snapshot(), Addable: map[string]bool{},
-		StateAddr: map[string]string{}, Holders: map[string]bool{}, LeaderApplied: n.rs.raft.AppliedIndex(),
+		StateAddr: map[string]string{}, LeaderApplied: n.rs.raft.AppliedIndex(),
 		Now: time.Now(), ReapAfter: n.cfg.ReapAfter, RaftAnswered: n.rs.transport.answeredAt,
 	}
 	v.Protocols, _, _ = n.clusterProtocol()
@@ -300,11 +300,7 @@ func (n *Node) reconcile() {
 	}
 	inRaft := serversByID(v.Servers)
 	n.fsm.view(func(s *state) {
-		for _, sl := range s.Slots {
-			if sl.Owner != "" {
-				v.Holders[sl.Owner] = true
-			}
-		}
+		v.Holders = s.holders()
 		for _, id := range s.sortedNodeIDs() {
 			v.StateAddr[id] = s.Nodes[id].GRPCAddr
 			if _, ok := inRaft[id]; !ok && id != n.id {

@@ -1816,7 +1816,7 @@ func (w *simWorld) sweep(c *simCluster) {
 	}
 	v := &memberView{Self: l.id, SelfRaftAddr: raftAddr(l.addr), Own: l.ownCluster(),
 		Servers: append([]raft.Server(nil), c.servers...), Members: w.gossipView(), Addable: map[string]bool{},
-		StateAddr: map[string]string{}, Holders: map[string]bool{}, LeaderApplied: uint64(l.applied), Now: w.base.Add(w.now), ReapAfter: simReapAfter}
+		StateAddr: map[string]string{}, LeaderApplied: uint64(l.applied), Now: w.base.Add(w.now), ReapAfter: simReapAfter}
 	if l.replica.state.Layout != nil {
 		v.Layout = l.replica.state.Layout
 	}
@@ -1831,11 +1831,7 @@ func (w *simWorld) sweep(c *simCluster) {
 		}
 	}
 	st := l.replica.state
-	for _, sl := range st.Slots {
-		if sl.Owner != "" {
-			v.Holders[sl.Owner] = true
-		}
-	}
+	v.Holders = st.holders()
 	for _, id := range st.sortedNodeIDs() {
 		v.StateAddr[id] = st.Nodes[id].GRPCAddr
 		if !c.member(id) && id != l.id {
