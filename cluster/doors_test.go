@@ -204,8 +204,13 @@ func TestRaftPortClosesSilentConnections(t *testing.T) {
 	// one goroutine each up to the cap of unfinished handshakes.
 	probeRaft(t, addr, peer, clusterID)
 	during := runtime.NumGoroutine()
-	if during > base+raftMaxPending+40 {
-		t.Errorf("%d goroutines during the attack, %d before: silent connections cost more than the %d pending handshakes", during, base, raftMaxPending)
+	// (From 127.0.0.1, where the cluster's servers run, they take the
+	// servers' places and the proven addresses' too.)
+	if most := raftMaxPending + 2*raftServerPending; during > base+most+40 {
+		t.Errorf("%d goroutines during the attack, %d before: silent connections cost more than the %d pending handshakes", during, base, most)
+	}
+	if !a.ServerHost("127.0.0.1") || a.ServerHost("127.0.0.2") {
+		t.Errorf("ServerHost(127.0.0.1) = %v, ServerHost(127.0.0.2) = %v: want the log's members' host only", a.ServerHost("127.0.0.1"), a.ServerHost("127.0.0.2"))
 	}
 	if closed, open := harness.AwaitClosed(conns, deadline); closed != attackers {
 		t.Fatalf("%d of %d silent Raft connections were closed within %v%s; %d were still open", closed, attackers, harness.Scale(bound+2*time.Second), harness.SlowdownNote(), open)
@@ -323,7 +328,8 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 // of them: the rest are closed at once, so that one stranger cannot take
 // the port's slots from the node's peers (another address still gets in).
 // Past the port's cap of gossipMaxStreams, from many addresses, a newcomer
-// is closed at once. Those held are closed at memberlist's stream deadline
+// is closed at once, but not one from the host of a member of the log,
+// which has gossipServerStreams of its own. Those held are closed at memberlist's stream deadline
 // (10 s with the LAN profile), and the goroutines come back.
 func TestGossipTCPPortCapsSilentStreams(t *testing.T) {
 	const lanTCPTimeout = 10 * time.Second
@@ -340,7 +346,10 @@ func TestGossipTCPPortCapsSilentStreams(t *testing.T) {
 	base := harness.SettledGoroutines()
 	const fromOne = 200
 	start := time.Now()
-	one := harness.DialSilent(t, s.cfg.GossipAddr, fromOne)
+	var one []net.Conn
+	for range fromOne {
+		one = append(one, harness.DialFrom(t, "127.0.0.2", s.cfg.GossipAddr))
+	}
 	if closed, _ := harness.CountClosed(one, time.Now().Add(harness.Scale(3*time.Second))); closed != fromOne-gossipMaxStreamsPerAddr {
 		t.Fatalf("one address's %d silent streams: %d closed at once, want the %d past its cap of %d", fromOne, closed,
 			fromOne-gossipMaxStreamsPerAddr, gossipMaxStreamsPerAddr)
@@ -350,7 +359,7 @@ func TestGossipTCPPortCapsSilentStreams(t *testing.T) {
 	}
 	// Other addresses fill the rest of the port's cap; one more is refused.
 	var others []net.Conn
-	for i := 2; len(others)+gossipMaxStreamsPerAddr < gossipMaxStreams; i++ {
+	for i := 3; len(others)+gossipMaxStreamsPerAddr < gossipMaxStreams; i++ {
 		for range gossipMaxStreamsPerAddr {
 			others = append(others, harness.DialFrom(t, fmt.Sprintf("127.0.0.%d", i), s.cfg.GossipAddr))
 		}
@@ -359,6 +368,13 @@ func TestGossipTCPPortCapsSilentStreams(t *testing.T) {
 	if closed, _ := harness.CountClosed([]net.Conn{past}, time.Now().Add(harness.Scale(3*time.Second))); closed != 1 {
 		t.Fatal("a stream past the port's cap was not closed at once")
 	}
+	// The host of the log's member (127.0.0.1, the node's own) has a room
+	// of its own that the full shared streams do not take.
+	var room []net.Conn
+	for range gossipServerStreams {
+		room = append(room, harness.DialFrom(t, "127.0.0.1", s.cfg.GossipAddr))
+	}
+	others = append(others, room...)
 	if closed, open := harness.CountClosed(others, time.Now().Add(time.Second)); closed != 0 {
 		t.Fatalf("%d of the other addresses' %d streams were closed before the stream deadline (%d open)", closed, len(others), open)
 	}
@@ -502,4 +518,42 @@ func TestGossipStreamIsReadToItsBudgetOnly(t *testing.T) {
 	}
 	t.Logf("heap in use: %d before, %d during; bytes the streams got in: %v", before, during, sent)
 	tc.issue(n, 100)
+}
+
+// TestRaftPortKeepsPlacesForTheClustersServers attacks the Raft port from
+// the stranger's side: with a server of the log (by its host) in the middle
+// of a slow handshake, silent connections from two other addresses, three
+// times the port's unfinished handshakes, each close the oldest of the
+// shared places. The server's handshake is in a place of its own: it is
+// still open, finishes its TLS handshake and is greeted through. (Before,
+// the stranger's newcomers closed it with the rest.)
+func TestRaftPortKeepsPlacesForTheClustersServers(t *testing.T) {
+	peer := raftPeerTLS(t)
+	cfg := &Config{RaftAddr: fmt.Sprintf("127.0.0.1:%d", harness.NextPort(t)), RaftTLS: peer}
+	adv, _ := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	greeter := raftGreeter{own: func() string { return "c1" }, servers: func(host string) bool { return host == "127.0.0.1" }}
+	trans, err := raftTransport(cfg, adv, greeter, door.NewCounts(boundRaftHandshakes), hclog.NewNullLogger(), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer trans.Close()
+	server := harness.DialFrom(t, "127.0.0.1", cfg.RaftAddr)
+	var stranger []net.Conn
+	for i := range 3 * raftMaxPending {
+		stranger = append(stranger, harness.DialFrom(t, fmt.Sprintf("127.0.0.%d", 2+i%2), cfg.RaftAddr))
+	}
+	// The shared places closed the stranger's oldest ones for its newest.
+	closed, _ := harness.CountClosed(stranger[:raftMaxPending], time.Now().Add(harness.Scale(5*time.Second)))
+	if closed == 0 {
+		t.Fatal("none of the stranger's oldest handshakes was closed for its newer ones: the shared places were not full")
+	}
+	tc := tls.Client(server, peer)
+	_ = tc.SetDeadline(time.Now().Add(harness.Scale(5 * time.Second)))
+	if err := tc.Handshake(); err != nil {
+		t.Fatalf("the server's handshake, begun before the stranger's flood, was cut: %v", err)
+	}
+	if _, err := fmt.Fprintf(tc, "%s%s\n", raftGreeting, "c1"); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -532,7 +533,6 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 
 func (s *fsmSnapshot) Release() {}
 
-// sortedNodeIDs returns the state's node IDs in order, for stable output.
 // holders are the nodes that hold a slot.
 func (s *state) holders() map[string]bool {
 	out := map[string]bool{}
@@ -544,4 +544,19 @@ func (s *state) holders() map[string]bool {
 	return out
 }
 
+// serverHost reports whether host is the host of an address a node of the
+// state advertises (advertised addresses are IPs: idgend resolves a name
+// once, at start).
+func (s *state) serverHost(host string) bool {
+	for _, n := range s.Nodes {
+		for _, a := range []string{n.RaftAddr, n.GossipAddr, n.GRPCAddr, n.HTTPAddr} {
+			if h, _, err := net.SplitHostPort(a); err == nil && h == host {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// sortedNodeIDs returns the state's node IDs in order, for stable output.
 func (s *state) sortedNodeIDs() []string { return slices.Sorted(maps.Keys(s.Nodes)) }

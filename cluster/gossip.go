@@ -115,7 +115,7 @@ type gossip struct {
 //
 // sighted (may be nil) hears the gRPC address of every process gossip shows
 // under this node's own name, or a member's, at a second address (twins.go).
-func openGossip(cfg *Config, nodeID string, local meta, counts *door.Counts, logger *slog.Logger, sighted func(grpcAddr string)) (*gossip, error) {
+func openGossip(cfg *Config, nodeID string, local meta, counts *door.Counts, logger *slog.Logger, sighted func(grpcAddr string), servers func(host string) bool) (*gossip, error) {
 	g := &gossip{
 		name:    nodeID,
 		sighted: sighted,
@@ -163,7 +163,7 @@ func openGossip(cfg *Config, nodeID string, local meta, counts *door.Counts, log
 	mc.Logger = log.New(&slogWriter{logger: mlog, limit: g.noise}, "", 0)
 	// memberlist's own transport on mc's bind address, with a cap on
 	// inbound TCP streams (gossipdoor.go).
-	streams, err := capGossipStreams(mc, gossipMaxStreams, g.noise, counts)
+	streams, err := capGossipStreams(mc, gossipMaxStreams, servers, g.noise, counts)
 	if err != nil {
 		return nil, fmt.Errorf("start gossip on %s: %w", cfg.GossipAddr, err)
 	}

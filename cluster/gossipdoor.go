@@ -27,6 +27,12 @@ const gossipMaxStreams = 128
 // room for several nodes behind one address.
 const gossipMaxStreamsPerAddr = 16
 
+// gossipServerStreams is how many more streams the hosts of the log's
+// members may hold open: a room a stranger flooding the shared streams
+// from any number of addresses cannot take (door.Room's rule on the other
+// ports). The per-address cap does not apply in it.
+const gossipServerStreams = 32
+
 // gossipStreamBudget is how many bytes one inbound gossip stream may send.
 // memberlist reads a stream's whole message before it decrypts it (and
 // takes up to 20 MiB for a push/pull), so without a budget anyone who can
@@ -46,6 +52,8 @@ type cappedTransport struct {
 	*memberlist.NetTransport
 	streams chan net.Conn
 	slots   chan struct{}
+	servers func(host string) bool
+	room    chan struct{} // the servers' streams (gossipServerStreams)
 	done    chan struct{} // closed by Shutdown: streams still arriving are closed
 	stopped chan struct{} // closed once the NetTransport is shut down
 	once    sync.Once
@@ -66,7 +74,10 @@ const (
 // capGossipStreams makes mc use a NetTransport on mc's bind address with
 // the stream cap. memberlist.Create would build the same transport itself;
 // the caller shuts it down if Create fails.
-func capGossipStreams(mc *memberlist.Config, max int, refusals *door.RateLog, counts *door.Counts) (*cappedTransport, error) {
+func capGossipStreams(mc *memberlist.Config, max int, servers func(host string) bool, refusals *door.RateLog, counts *door.Counts) (*cappedTransport, error) {
+	if servers == nil {
+		servers = func(string) bool { return false }
+	}
 	nc := &memberlist.NetTransportConfig{BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger, MetricLabels: mc.MetricLabels}
 	nt, err := memberlist.NewNetTransport(nc)
 	// With port 0 the UDP port may be taken after TCP picked it; memberlist
@@ -87,6 +98,8 @@ func capGossipStreams(mc *memberlist.Config, max int, refusals *door.RateLog, co
 		NetTransport: nt,
 		streams:      make(chan net.Conn),
 		slots:        make(chan struct{}, max),
+		servers:      servers,
+		room:         make(chan struct{}, gossipServerStreams),
 		done:         make(chan struct{}),
 		stopped:      make(chan struct{}),
 		refused:      refusals,
@@ -120,6 +133,14 @@ func (t *cappedTransport) relay() {
 		}
 		remote := c.RemoteAddr()
 		peer := door.Peer(remote)
+		if t.servers(door.Host(remote)) {
+			select {
+			case t.room <- struct{}{}:
+				t.hand(t.budgeted(c, func() { <-t.room }))
+				continue
+			default: // the room is full: the shared streams, like anyone
+			}
+		}
 		if !t.takePeer(peer) {
 			c.Close()
 			t.counts.Add(boundGossipStreamsPerAddr)
@@ -137,16 +158,25 @@ func (t *cappedTransport) relay() {
 				"remote", fmt.Sprint(remote), "cap", cap(t.slots))
 			continue
 		}
-		sc := &slotConn{Conn: c, free: func() { <-t.slots; t.freePeer(peer) }, budget: gossipStreamBudget, over: func() {
-			t.counts.Add(boundGossipBudget)
-			t.refused.Log(slog.LevelWarn, "budget", door.Peer(c.RemoteAddr()), "closed a gossip stream that sent more than its budget",
-				"remote", fmt.Sprint(c.RemoteAddr()), "budget_bytes", gossipStreamBudget)
-		}}
-		select {
-		case t.streams <- sc:
-		case <-t.done:
-			sc.Close()
-		}
+		t.hand(t.budgeted(c, func() { <-t.slots; t.freePeer(peer) }))
+	}
+}
+
+// budgeted is c read to its budget, calling free on its first Close.
+func (t *cappedTransport) budgeted(c net.Conn, free func()) *slotConn {
+	return &slotConn{Conn: c, free: free, budget: gossipStreamBudget, over: func() {
+		t.counts.Add(boundGossipBudget)
+		t.refused.Log(slog.LevelWarn, "budget", door.Peer(c.RemoteAddr()), "closed a gossip stream that sent more than its budget",
+			"remote", fmt.Sprint(c.RemoteAddr()), "budget_bytes", gossipStreamBudget)
+	}}
+}
+
+// hand gives memberlist an admitted stream.
+func (t *cappedTransport) hand(sc *slotConn) {
+	select {
+	case t.streams <- sc:
+	case <-t.done:
+		sc.Close()
 	}
 }
 

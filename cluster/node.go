@@ -371,7 +371,7 @@ func Open(cfg Config) (*Node, error) {
 	alone := cfg.BootstrapExpect == 1 && len(cfg.Join) == 0
 	n.doors = door.NewCounts(boundRaftConns, boundRaftHandshakes, boundRaftTimeout, boundRaftTLS, boundRaftGreeting, boundRaftOtherCluster, boundRaftIdentity,
 		boundGossipStreams, boundGossipStreamsPerAddr, boundGossipBudget)
-	n.rs, err = openRaft(&n.cfg, id, n.fsm, raftGreeter{own: n.ownCluster, alone: func() bool { return alone }}, n.doors, logger)
+	n.rs, err = openRaft(&n.cfg, id, n.fsm, raftGreeter{own: n.ownCluster, alone: func() bool { return alone }, servers: n.ServerHost}, n.doors, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -384,7 +384,7 @@ func Open(cfg Config) (*Node, error) {
 		applied = nil
 	}
 	n.appliedSaved.Store(applied)
-	n.gossip, err = openGossip(&n.cfg, id, local, n.doors, logger, func(grpcAddr string) { n.copies.sighted(grpcAddr, time.Now()) })
+	n.gossip, err = openGossip(&n.cfg, id, local, n.doors, logger, func(grpcAddr string) { n.copies.sighted(grpcAddr, time.Now()) }, n.ServerHost)
 	if err != nil {
 		n.rs.close()
 		return nil, err
@@ -661,6 +661,17 @@ func (n *Node) NextBatch(ctx context.Context, count int) ([]int64, int, error) {
 // DoorRefusals is what the Raft and gossip ports' bounds refused, by bound
 // (rpc exports it in idgen_door_refused_total beside its own ports').
 func (n *Node) DoorRefusals() map[string]uint64 { return n.doors.Snapshot() }
+
+// ServerHost reports whether host (an IP, as a connection's remote
+// address names it) is where a member of the cluster's log runs: the
+// node's doors keep places for the cluster's own servers that a stranger,
+// from however many addresses, cannot take (cmd/idgend/README.md,
+// "Under attack").
+func (n *Node) ServerHost(host string) bool {
+	var ok bool
+	n.fsm.view(func(s *state) { ok = s.serverHost(host) })
+	return ok
+}
 
 func (n *Node) Status() Status {
 	ok, reason := n.Ready()

@@ -36,6 +36,12 @@ const (
 	// raftMaxPending is how many handshakes may run at once; a new
 	// connection past it closes the oldest unfinished one.
 	raftMaxPending = 64
+	// raftServerPending is how many more may run from the hosts of the
+	// log's members, and as many from hosts whose handshake succeeded in
+	// the last hour (raftRemember of them): places a stranger flooding
+	// the port from any number of addresses cannot take.
+	raftServerPending = 16
+	raftRemember      = 256
 	// raftMaxConns caps the port's open connections, handshaking or not.
 	// A peer keeps a few to each server (a pool of 3, the pipeline, a
 	// snapshot); 256 is room for dozens of nodes.
@@ -97,6 +103,9 @@ func (s *tcpStreamLayer) secure(c net.Conn) (net.Conn, error) { return c, nil }
 type raftGreeter struct {
 	own   func() string
 	alone func() bool
+	// servers names the hosts of the log's members: their handshakes
+	// have places of their own (raftServerPending).
+	servers func(host string) bool
 }
 
 // admits decides whether a Raft connection greeted with cluster theirs may
@@ -148,11 +157,19 @@ func newClusterStreamLayer(stream rawStream, greeter raftGreeter, counts *door.C
 	if greeter.alone == nil {
 		greeter.alone = func() bool { return false }
 	}
+	if greeter.servers == nil {
+		greeter.servers = func(string) bool { return false }
+	}
 	s := &clusterStreamLayer{stream: stream, greeter: greeter, refusals: door.NewRateLog(logger, 0), counts: counts}
 	s.gate = door.NewGate(door.Limit(stream, raftMaxConns, s.refused), s.handshake, door.GateConfig{
 		Timeout:    raftHandshakeTimeout,
 		MaxPending: raftMaxPending,
-		Refused:    s.refused,
+		Rooms: []door.Room{
+			{Max: raftServerPending, Has: greeter.servers},
+			{Max: raftServerPending, Proven: true},
+		},
+		Remember: raftRemember,
+		Refused:  s.refused,
 		AcceptError: func(err error) {
 			s.refusals.Log(slog.LevelError, "accept", "", "raft port cannot accept connections", "err", err)
 		},

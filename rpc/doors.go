@@ -48,6 +48,10 @@ const (
 	// (door.GateConfig.SilentAge): a client behind the same NAT as a
 	// stranger has this long to send its ClientHello after connecting.
 	HandshakeSilentAge = 500 * time.Millisecond
+	// KnownFor is how long after its last handshake that succeeded a host
+	// keeps its place in the known room (Bounds.KnownHandshakes): a pod
+	// of the fleet redials at least every DefaultMaxConnectionIdle.
+	KnownFor = time.Hour
 	// DefaultMaxConnectionIdle closes a connection with no call for this
 	// long (with a GOAWAY: clients dial again on their next call).
 	DefaultMaxConnectionIdle = 5 * time.Minute
@@ -79,6 +83,16 @@ type Bounds struct {
 	// HandshakeSilentAge (or run for HandshakeMinAge), else it is closed
 	// at once (--grpc-max-handshakes-per-address).
 	HandshakesPerAddress int
+	// PeerHandshakes is how many more handshakes may run from the hosts
+	// where the cluster's servers run (ServerConfig.ServerHost), and
+	// KnownHandshakes from hosts whose handshake succeeded lately (the
+	// last KnownAddresses of them, each for KnownFor since its last):
+	// places no stranger takes, from however many addresses it floods the
+	// shared ones, so the node's peers and the fleet's pods that were
+	// here before get through (--grpc-max-peer-handshakes,
+	// --grpc-max-known-handshakes, --grpc-known-addresses). A newcomer
+	// whose room is full competes in the shared places like anyone.
+	PeerHandshakes, KnownHandshakes, KnownAddresses int
 	// ClientConns is how many connections of callers that are not the
 	// cluster's servers (clients and admins with TLS; everyone without) may
 	// be open at once; one past it is refused (--grpc-max-client-conns).
@@ -119,6 +133,7 @@ type Bounds struct {
 // them take about 250 MB.
 var DefaultBounds = Bounds{
 	Handshakes: 256, HandshakesPerAddress: 32,
+	PeerHandshakes: 64, KnownHandshakes: 256, KnownAddresses: 16384,
 	ClientConns: 4096, ConnsPerIdentity: 2048,
 	PeerConns:          256,
 	AdminConns:         64,
@@ -135,6 +150,9 @@ func (b Bounds) withDefaults() (Bounds, error) {
 	}{
 		{"handshakes", &b.Handshakes, &d.Handshakes},
 		{"handshakes per address", &b.HandshakesPerAddress, &d.HandshakesPerAddress},
+		{"peer handshakes", &b.PeerHandshakes, &d.PeerHandshakes},
+		{"known handshakes", &b.KnownHandshakes, &d.KnownHandshakes},
+		{"known addresses", &b.KnownAddresses, &d.KnownAddresses},
 		{"client connections", &b.ClientConns, &d.ClientConns},
 		{"connections per identity", &b.ConnsPerIdentity, &d.ConnsPerIdentity},
 		{"peer connections", &b.PeerConns, &d.PeerConns},
@@ -156,7 +174,9 @@ func (b Bounds) withDefaults() (Bounds, error) {
 
 // Descriptors is how many file descriptors the bounds let the gRPC port
 // hold at once.
-func (b Bounds) Descriptors() int { return b.Handshakes + b.ClientConns + b.PeerConns + b.AdminConns }
+func (b Bounds) Descriptors() int {
+	return b.Handshakes + b.PeerHandshakes + b.KnownHandshakes + b.ClientConns + b.PeerConns + b.AdminConns
+}
 
 // The bounds' names, in metrics (idgen_door_refused_total's bound label)
 // and logs.
@@ -320,7 +340,7 @@ type grpcDoor struct {
 	*door.Gate
 }
 
-func newGRPCDoor(lis net.Listener, cfg *tls.Config, b Bounds, ref *refusals) *grpcDoor {
+func newGRPCDoor(lis net.Listener, cfg *tls.Config, b Bounds, serverHost func(string) bool, ref *refusals) *grpcDoor {
 	r := &rooms{b: b, byIdentity: map[string]int{}}
 	if cfg != nil {
 		cfg = cfg.Clone()
@@ -349,6 +369,8 @@ func newGRPCDoor(lis net.Listener, cfg *tls.Config, b Bounds, ref *refusals) *gr
 	}
 	g := door.NewGate(lis, handshake, door.GateConfig{
 		Timeout: HandshakeTimeout, MaxPending: b.Handshakes, MaxPendingPerPeer: b.HandshakesPerAddress,
+		Rooms:    []door.Room{{Max: b.PeerHandshakes, Has: serverHost}, {Max: b.KnownHandshakes, Proven: true}},
+		Remember: b.KnownAddresses, RememberFor: KnownFor,
 		Policy: door.FairShare, MinAge: cmp.Or(b.handshakeMinAge, HandshakeMinAge), SilentAge: HandshakeSilentAge,
 		Refused: func(remote net.Addr, err error) { ref.refused(remote, err, b) },
 		AcceptError: func(err error) {

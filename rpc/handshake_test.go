@@ -32,6 +32,13 @@ type testDoor struct {
 
 func startTestDoor(t *testing.T, b Bounds) *testDoor {
 	t.Helper()
+	return startTestDoorOf(t, b, nil)
+}
+
+// startTestDoorOf is startTestDoor with serverHost naming where the
+// cluster's servers run.
+func startTestDoorOf(t *testing.T, b Bounds, serverHost func(string) bool) *testDoor {
+	t.Helper()
 	b.handshakeMinAge = time.Minute // the held handshakes are never old enough, however slow the machine
 	b, err := b.withDefaults()
 	if err != nil {
@@ -47,7 +54,7 @@ func startTestDoor(t *testing.T, b Bounds) *testDoor {
 		t.Fatal(err)
 	}
 	dir := testCA(t)
-	d := &testDoor{grpcDoor: newGRPCDoor(lis, material(t, dir, "server").ServerConfig(), b, ref),
+	d := &testDoor{grpcDoor: newGRPCDoor(lis, material(t, dir, "server").ServerConfig(), b, serverHost, ref),
 		reg: reg, addr: lis.Addr().String(), clientCfg: material(t, dir, "client").ClientConfig(), admitted: map[string]int{}}
 	d.clientCfg.NextProtos, d.clientCfg.ServerName = []string{"h2"}, "localhost"
 	var wg sync.WaitGroup
@@ -254,6 +261,58 @@ func TestGRPCDoorGivesEachAddressItsShare(t *testing.T) {
 	}
 	if p := d.Pending(); p > 8 {
 		t.Errorf("%d unfinished handshakes, past the bound of 8", p)
+	}
+}
+
+// TestGRPCDoorKeepsRoomsForPeersAndKnownClients attacks from the
+// stranger's side with as many addresses as the door has shared places,
+// each holding one handshake that sent a whole one-byte record and none
+// old enough to close: the share rule cannot tell them from a fleet, and a
+// newcomer from an address never seen is refused. A host where a cluster
+// server runs, and a client's host whose handshake succeeded before the
+// attack, still get in, each from its own room. (Before rooms, both were
+// refused as long as the stranger held on.)
+func TestGRPCDoorKeepsRoomsForPeersAndKnownClients(t *testing.T) {
+	const peerIP, knownIP, newIP = "127.0.0.30", "127.0.0.21", "127.0.0.22"
+	d := startTestDoorOf(t, Bounds{Handshakes: 8, HandshakesPerAddress: 4, PeerHandshakes: 2, KnownHandshakes: 2},
+		func(host string) bool { return host == peerIP })
+	handshake := func(ip string) error {
+		dialer := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		c, err := tls.DialWithDialer(dialer, "tcp", d.addr, d.clientCfg)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	if err := handshake(knownIP); err != nil {
+		t.Fatalf("the client's handshake before the attack: %v", err)
+	}
+	s := newStranger()
+	s.first = []byte{0x16, 3, 1, 0, 1, 1} // a whole record of one handshake byte
+	for i := range 8 {
+		s.hold(fmt.Sprintf("127.0.0.%d", 2+i), d.addr, 1)
+	}
+	defer func() {
+		for _, c := range s.halt() {
+			c.Close()
+		}
+		s.wg.Wait()
+	}()
+	harness.WaitFor(t, 10*time.Second, "the stranger to fill the shared places", func() bool { return d.SharedPending() == 8 })
+	refused := d.handshakeRefusals(t)
+	if err := handshake(newIP); err == nil {
+		t.Fatalf("a client from an address never seen got in with the shared places full: the stranger did not hold them")
+	}
+	harness.WaitFor(t, 5*time.Second, "the newcomer's refusal counted", func() bool { return d.handshakeRefusals(t) > refused })
+	// One try each: a room's place is there at once (waiting would let
+	// the stranger's handshakes reach their deadline and free theirs).
+	for _, ip := range []string{peerIP, knownIP} {
+		if err := handshake(ip); err != nil {
+			t.Errorf("the handshake from %s, with the stranger holding the shared places: %v", ip, err)
+		}
+	}
+	if n := d.SharedPending(); n > 8 {
+		t.Errorf("%d handshakes in the shared places, past the bound of 8", n)
 	}
 }
 

@@ -75,6 +75,10 @@ type ServerConfig struct {
 	// Bounds are the port's bounds by who is asking (zero fields:
 	// DefaultBounds').
 	Bounds Bounds
+	// ServerHost, if set, names the hosts where the cluster's servers run
+	// (cluster.Node.ServerHost): the door keeps Bounds.PeerHandshakes
+	// places for their handshakes.
+	ServerHost func(host string) bool
 	// MaxConnectionIdle closes a connection that carried no call for this
 	// long (0: DefaultMaxConnectionIdle).
 	MaxConnectionIdle time.Duration
@@ -273,7 +277,7 @@ func (s *Server) Serve(lis net.Listener) error {
 			s.healthLoop(s.healthCtx)
 		}()
 	})
-	return s.grpc.Serve(newGRPCDoor(lis, s.cfg.TLS, s.cfg.Bounds, s.refusals))
+	return s.grpc.Serve(newGRPCDoor(lis, s.cfg.TLS, s.cfg.Bounds, s.cfg.ServerHost, s.refusals))
 }
 
 // Shutdown stops serving: health turns NOT_SERVING at once (so balancers move

@@ -5,6 +5,7 @@
 package door
 
 import (
+	"cmp"
 	"container/list"
 	"errors"
 	"fmt"
@@ -121,16 +122,33 @@ type GateConfig struct {
 	// Timeout is the deadline for the whole handshake, from accept; it is
 	// cleared before the connection is handed on.
 	Timeout time.Duration
-	// MaxPending is how many handshakes may run at once. A connection that
-	// arrives when that many are running closes one of them, or is closed
-	// itself, by Policy, so a flood of silent connections cannot keep a
-	// real peer, whose handshake takes milliseconds, from getting through.
+	// MaxPending is how many handshakes may run at once in the shared
+	// places, the ones every address may take. A connection that arrives
+	// when that many are running closes one of them, or is closed itself,
+	// by Policy, so a flood of silent connections cannot keep a real
+	// peer, whose handshake takes milliseconds, from getting through.
 	MaxPending int
 	// MaxPendingPerPeer (0: no such bound) is how many of them one remote
 	// address (Peer) may run: a new one past it closes one of that
 	// address's instead (or is closed, by Policy), so one address never
 	// takes the others' room.
 	MaxPendingPerPeer int
+	// Rooms are places kept for addresses a stranger does not have, tried
+	// in order before the shared places: a newcomer from an address a room
+	// has takes one of its places if it can (under Policy, among the
+	// room's own handshakes; MaxPendingPerPeer does not apply), and else
+	// competes in the shared places like anyone. However many addresses a
+	// stranger floods the shared places from, it never takes a room's
+	// place, so the cluster's own servers and the addresses that proved
+	// themselves lately still get through.
+	Rooms []Room
+	// Remember (Room.Proven) is how many addresses whose handshake
+	// succeeded the gate keeps in its book, for RememberFor since their
+	// last success (an hour if 0); past it the least lately proven one is
+	// forgotten. Only
+	// a handshake that succeeded writes in it, so a stranger cannot churn it.
+	Remember    int
+	RememberFor time.Duration
 	// Policy (OldestOut unless set) chooses what a newcomer past
 	// MaxPending or MaxPendingPerPeer closes.
 	Policy Policy
@@ -151,11 +169,25 @@ type GateConfig struct {
 	AcceptError func(error)
 }
 
+// Room is a Gate's places kept for some addresses (GateConfig.Rooms).
+type Room struct {
+	// Max is how many handshakes the room's addresses may run in it at once.
+	Max int
+	// Has names the room's addresses by host (Host, not Peer: a whole
+	// address, never a prefix). It is called on every accept while the
+	// shared places are full, so it should be cheap.
+	Has func(host string) bool
+	// Proven, instead of Has: the addresses in the gate's book, whose
+	// handshake succeeded within RememberFor.
+	Proven bool
+}
+
 // Gate is a listener whose Accept returns only connections that completed
 // their handshake within the bounds of its GateConfig. Handshakes run in
-// their own goroutines (at most MaxPending), so a silent peer never holds
-// up the accept loop, and whoever calls Accept never sees, or allocates
-// anything for, a connection that has not proved itself.
+// their own goroutines (at most MaxPending and the rooms' Max), so a
+// silent peer never holds up the accept loop, and whoever calls Accept
+// never sees, or allocates anything for, a connection that has not proved
+// itself.
 type Gate struct {
 	l         net.Listener
 	handshake Handshake
@@ -165,7 +197,17 @@ type Gate struct {
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 
-	mu      sync.Mutex
+	mu     sync.Mutex
+	rooms  []*room // cfg.Rooms, then the shared places
+	shared *room
+	book   *book // addresses whose handshake succeeded (Room.Proven)
+}
+
+// room is a set of places and the handshakes running in them.
+type room struct {
+	Room
+	max     int
+	perPeer int            // MaxPendingPerPeer, for the shared places
 	pending *list.List     // of *pendingConn, oldest first
 	byPeer  map[string]int // pending handshakes per remote address
 }
@@ -173,6 +215,8 @@ type Gate struct {
 type pendingConn struct {
 	c       net.Conn
 	peer    string
+	host    string
+	room    *room
 	start   time.Time
 	elem    *list.Element
 	evicted error // ErrEvicted or ErrEvictedPerPeer once closed for a newcomer
@@ -207,14 +251,27 @@ func NewGate(l net.Listener, handshake Handshake, cfg GateConfig) *Gate {
 	}
 	g := &Gate{
 		l: l, handshake: handshake, cfg: cfg,
-		ready:   make(chan net.Conn),
-		done:    make(chan struct{}),
-		pending: list.New(),
-		byPeer:  map[string]int{},
+		ready: make(chan net.Conn),
+		done:  make(chan struct{}),
 	}
+	for _, r := range cfg.Rooms {
+		if r.Max <= 0 {
+			continue
+		}
+		g.rooms = append(g.rooms, newRoom(r, r.Max, 0))
+		if r.Proven && g.book == nil {
+			g.book = newBook(cmp.Or(cfg.Remember, 1), cmp.Or(cfg.RememberFor, time.Hour))
+		}
+	}
+	g.shared = newRoom(Room{}, cfg.MaxPending, cfg.MaxPendingPerPeer)
+	g.rooms = append(g.rooms, g.shared)
 	g.wg.Add(1)
 	go g.acceptLoop()
 	return g
+}
+
+func newRoom(r Room, max, perPeer int) *room {
+	return &room{Room: r, max: max, perPeer: perPeer, pending: list.New(), byPeer: map[string]int{}}
 }
 
 // Accept returns the next connection whose handshake succeeded.
@@ -238,8 +295,10 @@ func (g *Gate) Close() error {
 		close(g.done)
 		err = g.l.Close()
 		g.mu.Lock()
-		for e := g.pending.Front(); e != nil; e = e.Next() {
-			e.Value.(*pendingConn).c.Close()
+		for _, r := range g.rooms {
+			for e := r.pending.Front(); e != nil; e = e.Next() {
+				e.Value.(*pendingConn).c.Close()
+			}
 		}
 		g.mu.Unlock()
 		g.wg.Wait()
@@ -247,11 +306,16 @@ func (g *Gate) Close() error {
 	return err
 }
 
-// Pending is how many handshakes are running.
+// Pending is how many handshakes are running, in the rooms and the shared
+// places.
 func (g *Gate) Pending() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.pending.Len()
+	n := 0
+	for _, r := range g.rooms {
+		n += r.pending.Len()
+	}
+	return n
 }
 
 // PendingFrom is how many of them the remote address peer (as Peer names
@@ -259,7 +323,18 @@ func (g *Gate) Pending() int {
 func (g *Gate) PendingFrom(peer string) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.byPeer[peer]
+	n := 0
+	for _, r := range g.rooms {
+		n += r.byPeer[peer]
+	}
+	return n
+}
+
+// SharedPending is how many handshakes run in the shared places.
+func (g *Gate) SharedPending() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.shared.pending.Len()
 }
 
 func (g *Gate) acceptLoop() {
@@ -288,7 +363,7 @@ func (g *Gate) acceptLoop() {
 			continue
 		}
 		delay = 0
-		p := &pendingConn{c: c, start: time.Now()}
+		p := &pendingConn{c: c, start: time.Now(), peer: Peer(c.RemoteAddr()), host: Host(c.RemoteAddr())}
 		g.mu.Lock()
 		select {
 		case <-g.done:
@@ -297,8 +372,7 @@ func (g *Gate) acceptLoop() {
 			return
 		default:
 		}
-		p.peer = Peer(c.RemoteAddr())
-		victim, refused := g.evictFor(p.peer, p.start)
+		victim, refused := g.place(p)
 		if refused != nil {
 			g.mu.Unlock()
 			remote := c.RemoteAddr()
@@ -308,8 +382,6 @@ func (g *Gate) acceptLoop() {
 			}
 			continue
 		}
-		p.elem = g.pending.PushBack(p)
-		g.byPeer[p.peer]++
 		g.wg.Add(1)
 		g.mu.Unlock()
 		if victim != nil {
@@ -319,28 +391,55 @@ func (g *Gate) acceptLoop() {
 	}
 }
 
-// evictFor makes room for a new handshake from peer, by the gate's
+// place puts p in the first room of its address that can take it (the
+// shared places last), or says why the newcomer is refused (the shared
+// places' reason); a victim it returns is off its list, for the caller
+// to close. The caller holds mu.
+func (g *Gate) place(p *pendingConn) (victim *pendingConn, refused error) {
+	for _, r := range g.rooms {
+		if r != g.shared && !g.has(r, p.host, p.start) {
+			continue
+		}
+		victim, refused = g.evictFor(r, p.peer, p.start)
+		if refused == nil {
+			p.room = r
+			p.elem = r.pending.PushBack(p)
+			r.byPeer[p.peer]++
+			return victim, nil
+		}
+	}
+	return nil, refused
+}
+
+func (g *Gate) has(r *room, host string, now time.Time) bool {
+	if r.Proven {
+		return g.book.has(host, now)
+	}
+	return r.Has != nil && r.Has(host)
+}
+
+// evictFor makes room in r for a new handshake from peer, by the gate's
 // Policy: it takes a pending handshake off the list for the caller to
 // close, or (FairShare) says why the newcomer is refused instead. The
 // caller holds mu.
-func (g *Gate) evictFor(peer string, now time.Time) (victim *pendingConn, refused error) {
-	perPeer := g.cfg.MaxPendingPerPeer > 0 && g.byPeer[peer] >= g.cfg.MaxPendingPerPeer
-	if !perPeer && g.pending.Len() < g.cfg.MaxPending {
+func (g *Gate) evictFor(r *room, peer string, now time.Time) (victim *pendingConn, refused error) {
+	perPeer := r.perPeer > 0 && r.byPeer[peer] >= r.perPeer
+	if !perPeer && r.pending.Len() < r.max {
 		return nil, nil
 	}
 	var e *list.Element
 	switch {
 	case g.cfg.Policy != FairShare && perPeer:
-		e = g.oldest(func(p *pendingConn) bool { return p.peer == peer })
+		e = r.oldest(func(p *pendingConn) bool { return p.peer == peer })
 	case g.cfg.Policy != FairShare:
-		e = g.pending.Front()
+		e = r.pending.Front()
 	case perPeer:
-		e = g.oldest(func(p *pendingConn) bool { return p.peer == peer && g.evictable(p, 1, now) })
+		e = r.oldest(func(p *pendingConn) bool { return p.peer == peer && g.evictable(p, 1, now) })
 		if e == nil {
 			return nil, ErrFullPerPeer
 		}
 	default:
-		e = g.fairVictim(peer, now)
+		e = g.fairVictim(r, peer, now)
 		if e == nil {
 			return nil, ErrFull
 		}
@@ -349,7 +448,7 @@ func (g *Gate) evictFor(peer string, now time.Time) (victim *pendingConn, refuse
 		return nil, nil
 	}
 	p := e.Value.(*pendingConn)
-	g.forget(p)
+	r.forget(p)
 	p.evicted = ErrEvicted
 	if perPeer {
 		p.evicted = ErrEvictedPerPeer
@@ -357,9 +456,9 @@ func (g *Gate) evictFor(peer string, now time.Time) (victim *pendingConn, refuse
 	return p, nil
 }
 
-// oldest is the oldest pending handshake that ok accepts, or nil.
-func (g *Gate) oldest(ok func(*pendingConn) bool) *list.Element {
-	for e := g.pending.Front(); e != nil; e = e.Next() {
+// oldest is the oldest pending handshake of r that ok accepts, or nil.
+func (r *room) oldest(ok func(*pendingConn) bool) *list.Element {
+	for e := r.pending.Front(); e != nil; e = e.Next() {
 		if ok(e.Value.(*pendingConn)) {
 			return e
 		}
@@ -385,25 +484,26 @@ func (g *Gate) evictable(p *pendingConn, more int, now time.Time) bool {
 	return more >= 2 || now.Sub(time.Unix(0, since)) >= g.cfg.SilentAge
 }
 
-// fairVictim is the pending handshake FairShare closes for a newcomer from
-// peer past the total, or nil: of the evictable ones whose address holds
-// more than peer does, one of the address holding the most, the oldest of
-// them; failing that, the oldest of the address holding the most if it is
-// past its share (more than MaxPending over the addresses holding any,
-// the newcomer's counted, and at least two more than the newcomer's),
-// whatever its handshakes have sent. The share is what keeps a stranger
-// from a few addresses out of the places: connections that sent a byte,
-// or a whole tiny record, and started over before MinAge held them all
-// (outside attack rounds 9 and 10). A stranger with as many addresses as
-// there are places is not told apart from a fleet.
-func (g *Gate) fairVictim(peer string, now time.Time) *list.Element {
-	mine := g.byPeer[peer]
+// fairVictim is the pending handshake of r FairShare closes for a
+// newcomer from peer past r's places, or nil: of the evictable ones whose
+// address holds more than peer does, one of the address holding the
+// most, the oldest of them; failing that, the oldest of the address
+// holding the most if it is past its share (more than the places over the
+// addresses holding any, the newcomer's counted, and at least two more
+// than the newcomer's), whatever its handshakes have sent. The share is
+// what keeps a stranger from a few addresses out of the places:
+// connections that sent a byte, or a whole tiny record, and started over
+// before MinAge held them all (outside attack rounds 9 and 10). A
+// stranger with as many addresses as there are places is not told apart
+// from a fleet in the shared places; the rooms are what it cannot take.
+func (g *Gate) fairVictim(r *room, peer string, now time.Time) *list.Element {
+	mine := r.byPeer[peer]
 	top := func(ok func(p *pendingConn, n int) bool) *list.Element {
 		var victim *list.Element
 		most := mine
-		for e := g.pending.Front(); e != nil; e = e.Next() {
+		for e := r.pending.Front(); e != nil; e = e.Next() {
 			p := e.Value.(*pendingConn)
-			if n := g.byPeer[p.peer]; n > most && ok(p, n) {
+			if n := r.byPeer[p.peer]; n > most && ok(p, n) {
 				victim, most = e, n
 			}
 		}
@@ -412,19 +512,19 @@ func (g *Gate) fairVictim(peer string, now time.Time) *list.Element {
 	if v := top(func(p *pendingConn, n int) bool { return g.evictable(p, n-mine, now) }); v != nil {
 		return v
 	}
-	addrs := len(g.byPeer)
+	addrs := len(r.byPeer)
 	if mine == 0 {
 		addrs++
 	}
-	share := max(1, g.cfg.MaxPending/addrs)
+	share := max(1, r.max/addrs)
 	return top(func(_ *pendingConn, n int) bool { return n > share && n-mine >= 2 })
 }
 
-// forget takes p off the pending list; the caller holds mu.
-func (g *Gate) forget(p *pendingConn) {
-	g.pending.Remove(p.elem)
-	if g.byPeer[p.peer]--; g.byPeer[p.peer] <= 0 {
-		delete(g.byPeer, p.peer)
+// forget takes p off r's pending list; the caller holds mu.
+func (r *room) forget(p *pendingConn) {
+	r.pending.Remove(p.elem)
+	if r.byPeer[p.peer]--; r.byPeer[p.peer] <= 0 {
+		delete(r.byPeer, p.peer)
 	}
 }
 
@@ -443,7 +543,10 @@ func (g *Gate) run(p *pendingConn) {
 	g.mu.Lock()
 	evicted := p.evicted
 	if evicted == nil {
-		g.forget(p)
+		p.room.forget(p)
+		if err == nil && g.book != nil {
+			g.book.add(p.host, time.Now())
+		}
 	}
 	g.mu.Unlock()
 	if evicted != nil {
@@ -464,4 +567,40 @@ func (g *Gate) run(p *pendingConn) {
 	case <-g.done:
 		c.Close()
 	}
+}
+
+// book is a bounded record of the hosts whose handshake succeeded, and
+// when last: the least lately proven is forgotten first.
+type book struct {
+	max   int
+	ttl   time.Duration
+	order *list.List // of *proof, least lately proven first
+	by    map[string]*list.Element
+}
+
+type proof struct {
+	host string
+	at   time.Time
+}
+
+func newBook(max int, ttl time.Duration) *book {
+	return &book{max: max, ttl: ttl, order: list.New(), by: map[string]*list.Element{}}
+}
+
+func (b *book) add(host string, now time.Time) {
+	if e, ok := b.by[host]; ok {
+		e.Value.(*proof).at = now
+		b.order.MoveToBack(e)
+		return
+	}
+	b.by[host] = b.order.PushBack(&proof{host: host, at: now})
+	for b.order.Len() > b.max {
+		old := b.order.Remove(b.order.Front()).(*proof)
+		delete(b.by, old.host)
+	}
+}
+
+func (b *book) has(host string, now time.Time) bool {
+	e, ok := b.by[host]
+	return ok && now.Sub(e.Value.(*proof).at) < b.ttl
 }

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -352,7 +354,7 @@ func TestGateFairShare(t *testing.T) {
 			g.mu.Lock()
 			defer g.mu.Unlock()
 			s, h := 0, 0
-			for e := g.pending.Front(); e != nil; e = e.Next() {
+			for e := g.shared.pending.Front(); e != nil; e = e.Next() {
 				p := e.Value.(*pendingConn)
 				switch {
 				case p.heard.Load():
@@ -361,7 +363,7 @@ func TestGateFairShare(t *testing.T) {
 					s++
 				}
 			}
-			return g.pending.Len() == n && s == silent && h == heard
+			return g.shared.pending.Len() == n && s == silent && h == heard
 		})
 	}
 	reported := func(n int) []error {
@@ -416,5 +418,114 @@ func TestGateFairShare(t *testing.T) {
 		case <-time.After(harness.Scale(5 * time.Second)):
 			t.Fatal("a spoken handshake did not finish after the newcomers")
 		}
+	}
+}
+
+// TestGateRoomsAreNotTakenByStrangers attacks from the stranger's side:
+// handshakes from as many addresses as there are shared places, each one
+// heard from (so none is silent) and none old enough to close, hold the
+// shared places; a newcomer from another address is refused, as it was
+// before rooms. The cluster's server address and an address whose
+// handshake succeeded before still get through, each in its own room,
+// and the stranger's newcomers never take a room's place.
+func TestGateRoomsAreNotTakenByStrangers(t *testing.T) {
+	var mu sync.Mutex
+	var reasons []error
+	g := NewGate(listen(t), lineHandshake, GateConfig{
+		Timeout: time.Minute, MaxPending: 2, MaxPendingPerPeer: 2,
+		Policy: FairShare, MinAge: time.Minute, SilentAge: time.Minute,
+		Rooms: []Room{
+			{Max: 1, Has: func(host string) bool { return host == "127.0.0.9" }},
+			{Max: 1, Proven: true},
+		},
+		Remember: 4, RememberFor: time.Hour,
+		Refused: func(_ net.Addr, err error) { mu.Lock(); reasons = append(reasons, err); mu.Unlock() },
+	})
+	defer g.Close()
+	accepted := acceptAll(g)
+	addr := g.Addr().String()
+	from := func(ip string) net.Conn { return harness.DialFrom(t, ip, addr) }
+	handshake := func(c net.Conn, what string) {
+		t.Helper()
+		if _, err := c.Write([]byte("hello\n")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-accepted:
+		case <-time.After(harness.Scale(5 * time.Second)):
+			t.Fatalf("%s's handshake did not finish", what)
+		}
+	}
+	handshake(from("127.0.0.5"), "the client before the attack") // 127.0.0.5 is proven now
+
+	for _, ip := range []string{"127.0.0.2", "127.0.0.3"} {
+		if _, err := from(ip).Write([]byte("hel")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	harness.WaitFor(t, 5*time.Second, "the stranger to hold the shared places", func() bool { return g.SharedPending() == 2 })
+	if c := from("127.0.0.4"); !closedBy(c, harness.Scale(5*time.Second)) {
+		t.Fatal("a newcomer from an unknown address was not refused with the shared places full")
+	}
+	peer := from("127.0.0.9")
+	harness.WaitFor(t, 5*time.Second, "the peer's handshake placed", func() bool { return g.PendingFrom("127.0.0.9") == 1 })
+	// The peer's room is full now: another from its address competes in the
+	// shared places and is refused, and never closes the one in the room.
+	if c := from("127.0.0.9"); !closedBy(c, harness.Scale(5*time.Second)) {
+		t.Fatal("a second handshake from the peer's address was not refused with its room and the shared places full")
+	}
+	handshake(peer, "the cluster server's")
+	handshake(from("127.0.0.5"), "the proven client's")
+	if c := from("127.0.0.4"); !closedBy(c, harness.Scale(5*time.Second)) {
+		t.Fatal("a stranger's newcomer was placed in a room")
+	}
+	if n := g.SharedPending(); n != 2 {
+		t.Fatalf("the shared places hold %d handshakes, want the stranger's 2", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, err := range reasons {
+		if !errors.Is(err, ErrFull) {
+			t.Errorf("refusal %v, want ErrFull: nothing was closed for a newcomer", err)
+		}
+	}
+}
+
+// TestBookForgetsTheLeastLatelyProven: the book holds at most its max
+// hosts, forgets the least lately proven first, and a proof ages out.
+func TestBookForgetsTheLeastLatelyProven(t *testing.T) {
+	now := time.Unix(1000, 0)
+	b := newBook(2, time.Minute)
+	b.add("a", now)
+	b.add("b", now)
+	b.add("a", now.Add(time.Second)) // a proven again: b is the least lately
+	b.add("c", now.Add(2*time.Second))
+	if b.has("b", now.Add(2*time.Second)) || !b.has("a", now.Add(2*time.Second)) || !b.has("c", now.Add(2*time.Second)) {
+		t.Fatalf("book %v: want a and c, b forgotten", slices.Collect(maps.Keys(b.by)))
+	}
+	if b.has("a", now.Add(time.Second+time.Minute)) {
+		t.Fatal("a proof older than the book's time still counts")
+	}
+}
+
+// TestPeerNamesAnIPv6PrefixWhole: the per-address bounds count an IPv6
+// /64 as one address (a machine commonly holds the whole prefix); IPv4,
+// IPv4 in IPv6 and loopback are whole addresses, and Host never groups.
+func TestPeerNamesAnIPv6PrefixWhole(t *testing.T) {
+	for in, want := range map[string]string{
+		"[2001:db8:1:2:3:4:5:6]:443": "2001:db8:1:2::/64",
+		"[2001:db8:1:2::ffff]:80":    "2001:db8:1:2::/64",
+		"[fe80::1%eth0]:80":          "fe80::/64",
+		"[::1]:80":                   "::1",
+		"[::ffff:10.0.0.1]:80":       "::ffff:10.0.0.1",
+		"10.0.0.1:80":                "10.0.0.1",
+		"not an address":             "not an address",
+	} {
+		if got := PeerString(in); got != want {
+			t.Errorf("PeerString(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := HostString("[2001:db8:1:2:3:4:5:6]:443"); got != "2001:db8:1:2:3:4:5:6" {
+		t.Errorf("HostString grouped the address: %q", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,8 +56,11 @@ func NewRateLog(logger *slog.Logger, every time.Duration) *RateLog {
 	return &RateLog{logger: logger, every: every, peers: DefaultLogPeers, open: map[rateKey]*rateWindow{}}
 }
 
-// Peer is the part of an address that names a peer: its host, without the
-// port, which changes with every connection.
+// Peer is the part of an address that names a peer for the per-address
+// bounds: its host, without the port, which changes with every
+// connection; for an IPv6 host (not loopback, not an IPv4 one), its /64,
+// which one machine commonly holds whole, so that a stranger does not
+// get a share per address of its prefix.
 func Peer(a net.Addr) string {
 	if a == nil {
 		return ""
@@ -66,6 +70,26 @@ func Peer(a net.Addr) string {
 
 // PeerString is Peer for an address written as host:port.
 func PeerString(s string) string {
+	host := HostString(s)
+	if ip, err := netip.ParseAddr(host); err == nil && ip.Is6() && !ip.Is4In6() && !ip.IsLoopback() {
+		if p, err := ip.WithZone("").Prefix(64); err == nil {
+			return p.String()
+		}
+	}
+	return host
+}
+
+// Host is an address's host, without the port: the whole address, for
+// what names one machine (Room.Has, the gate's book).
+func Host(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return HostString(a.String())
+}
+
+// HostString is Host for an address written as host:port.
+func HostString(s string) string {
 	if host, _, err := net.SplitHostPort(s); err == nil {
 		return host
 	}

@@ -141,6 +141,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	d := rpc.DefaultBounds
 	fs.IntVar(&c.Bounds.Handshakes, "grpc-max-handshakes", d.Handshakes, "gRPC connections in their TLS handshake at once; a new one past it closes a silent one of the address holding the most (if more than its own), else it is closed at once")
 	fs.IntVar(&c.Bounds.HandshakesPerAddress, "grpc-max-handshakes-per-address", d.HandshakesPerAddress, "of them, from one remote address; a new one past it closes that address's oldest silent one, else it is closed at once")
+	fs.IntVar(&c.Bounds.PeerHandshakes, "grpc-max-peer-handshakes", d.PeerHandshakes, "more gRPC handshakes at once from the hosts of the cluster's servers (by their advertised addresses): places no stranger takes")
+	fs.IntVar(&c.Bounds.KnownHandshakes, "grpc-max-known-handshakes", d.KnownHandshakes, "more gRPC handshakes at once from hosts whose handshake succeeded in the last hour: places no stranger takes")
+	fs.IntVar(&c.Bounds.KnownAddresses, "grpc-known-addresses", d.KnownAddresses, "hosts whose handshake succeeded the node remembers for --grpc-max-known-handshakes (the least lately seen forgotten first)")
 	fs.IntVar(&c.Bounds.ClientConns, "grpc-max-client-conns", d.ClientConns, "gRPC connections of clients and admins (everyone, without TLS) open at once; one past it is refused")
 	fs.IntVar(&c.Bounds.ConnsPerIdentity, "grpc-max-conns-per-identity", d.ConnsPerIdentity, "of them, per certificate identity (role and name; without TLS, per remote address)")
 	fs.IntVar(&c.Bounds.PeerConns, "grpc-max-peer-conns", d.PeerConns, "gRPC connections of the cluster's servers (role server): a room of their own that clients and strangers never fill")
@@ -526,6 +529,8 @@ func (c *Config) validate() error {
 		v    int
 	}{
 		{"--grpc-max-handshakes", c.Bounds.Handshakes}, {"--grpc-max-handshakes-per-address", c.Bounds.HandshakesPerAddress},
+		{"--grpc-max-peer-handshakes", c.Bounds.PeerHandshakes}, {"--grpc-max-known-handshakes", c.Bounds.KnownHandshakes},
+		{"--grpc-known-addresses", c.Bounds.KnownAddresses},
 		{"--grpc-max-client-conns", c.Bounds.ClientConns}, {"--grpc-max-conns-per-identity", c.Bounds.ConnsPerIdentity},
 		{"--grpc-max-peer-conns", c.Bounds.PeerConns}, {"--grpc-max-admin-conns", c.Bounds.AdminConns},
 		{"--grpc-max-streams-per-identity", c.Bounds.StreamsPerIdentity},

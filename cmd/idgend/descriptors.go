@@ -8,10 +8,10 @@ import (
 
 // descriptorsNeeded is how many file descriptors the node's bounds let its
 // ports hold at once, plus room for its files and outbound connections:
-// the gRPC bounds, the Raft port's 256, gossip's 128 streams, the admin
-// port's connections and 256 more.
+// the gRPC bounds, the Raft port's 256, gossip's 128 streams and 32 more
+// of the cluster's servers, the admin port's connections and 256 more.
 func descriptorsNeeded(b rpc.Bounds) uint64 {
-	return uint64(b.Descriptors() + 256 + 128 + adminMaxConns + 256)
+	return uint64(b.Descriptors() + 256 + 128 + 32 + adminMaxConns + 256)
 }
 
 // checkDescriptors warns when the open-file limit is below what the

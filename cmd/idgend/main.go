@@ -194,6 +194,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Registerer:  reg,
 		TLS:         sec.grpc,
 		Bounds:      cfg.Bounds,
+		ServerHost:  node.ServerHost,
 	})
 	if err != nil {
 		return err
