@@ -224,6 +224,9 @@ func (c command) validate() error {
 	return fmt.Errorf("%w: unknown command type %d", ErrBadCommand, byte(c.Type))
 }
 
+// addrs are the addresses the node advertises.
+func (n NodeInfo) addrs() []string { return []string{n.RaftAddr, n.GossipAddr, n.GRPCAddr, n.HTTPAddr} }
+
 func (n NodeInfo) validate() error {
 	if err := validID("node ID", n.ID); err != nil {
 		return err
@@ -231,7 +234,7 @@ func (n NodeInfo) validate() error {
 	if len(n.Name) > maxNameLen {
 		return fmt.Errorf("%w: node name of %d bytes (at most %d)", ErrBadCommand, len(n.Name), maxNameLen)
 	}
-	for _, a := range []string{n.RaftAddr, n.GossipAddr, n.GRPCAddr, n.HTTPAddr} {
+	for _, a := range n.addrs() {
 		if len(a) > maxAddrLen {
 			return fmt.Errorf("%w: node address of %d bytes (at most %d)", ErrBadCommand, len(a), maxAddrLen)
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -555,5 +556,23 @@ func TestRaftPortKeepsPlacesForTheClustersServers(t *testing.T) {
 	}
 	if _, err := fmt.Fprintf(tc, "%s%s\n", raftGreeting, "c1"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestServerHostsAreCanonical: the hosts the doors keep places for are the
+// nodes' advertised addresses and the gossip members' and seeds', each as
+// a connection's remote address names it (an IPv4 address in IPv6 form,
+// or one written with capitals and zeros, is the same host); names that
+// are not IPs are left out.
+func TestServerHostsAreCanonical(t *testing.T) {
+	set := serverHosts([]NodeInfo{{RaftAddr: "[::ffff:10.0.0.1]:7000", GRPCAddr: "[FD00::0001]:50051", HTTPAddr: "n1.internal:9090"}},
+		[]string{"10.0.0.2:7946"}, []string{"10.0.0.3"})
+	for _, host := range []string{"10.0.0.1", "fd00::1", "10.0.0.2", "10.0.0.3"} {
+		if !set[netip.MustParseAddr(host)] {
+			t.Errorf("%s is not a server host in %v", host, set)
+		}
+	}
+	if len(set) != 4 {
+		t.Errorf("server hosts %v, want the four IPs only", set)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -542,20 +541,6 @@ func (s *state) holders() map[string]bool {
 		}
 	}
 	return out
-}
-
-// serverHost reports whether host is the host of an address a node of the
-// state advertises (advertised addresses are IPs: idgend resolves a name
-// once, at start).
-func (s *state) serverHost(host string) bool {
-	for _, n := range s.Nodes {
-		for _, a := range []string{n.RaftAddr, n.GossipAddr, n.GRPCAddr, n.HTTPAddr} {
-			if h, _, err := net.SplitHostPort(a); err == nil && h == host {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // sortedNodeIDs returns the state's node IDs in order, for stable output.

@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"net/netip"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -232,6 +235,10 @@ type Node struct {
 	fsm    *fsm
 	rs     *raftStore
 	gossip *gossip
+	// gossipOpen is gossip once open, for the doors (which run before);
+	// hosts is ServerHost's set.
+	gossipOpen atomic.Pointer[gossip]
+	hosts      atomic.Pointer[hostSet]
 
 	gen atomic.Pointer[generator.Generator]
 	// tenure is the claim the generator belongs to; only the agent writes
@@ -389,6 +396,7 @@ func Open(cfg Config) (*Node, error) {
 		n.rs.close()
 		return nil, err
 	}
+	n.gossipOpen.Store(n.gossip)
 	logger.Info("node started", "id", id, "raft", cfg.RaftAdvertise, "gossip", cfg.GossipAdvertise,
 		"existing_state", n.rs.hadState, "bootstrap_expect", cfg.BootstrapExpect, "layout", n.Layout().String())
 
@@ -663,14 +671,62 @@ func (n *Node) NextBatch(ctx context.Context, count int) ([]int64, int, error) {
 func (n *Node) DoorRefusals() map[string]uint64 { return n.doors.Snapshot() }
 
 // ServerHost reports whether host (an IP, as a connection's remote
-// address names it) is where a member of the cluster's log runs: the
-// node's doors keep places for the cluster's own servers that a stranger,
-// from however many addresses, cannot take (cmd/idgend/README.md,
-// "Under attack").
+// address names it) is where a server of the cluster runs: a host the log
+// records for a member, a gossip member's (gossip hears only holders of
+// the key) or a --join seed's. The doors keep places for them that a
+// stranger, from however many addresses, cannot take (cmd/idgend/README.md,
+// "Under attack"); a joining node, whose log names nobody yet, still
+// keeps them for its seeds and the leader that probes it. The set is
+// rebuilt at most once a second.
 func (n *Node) ServerHost(host string) bool {
-	var ok bool
-	n.fsm.view(func(s *state) { ok = s.serverHost(host) })
-	return ok
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return false
+	}
+	set := n.hosts.Load()
+	if set == nil || time.Since(set.at) >= time.Second {
+		var nodes []NodeInfo
+		n.fsm.view(func(s *state) { nodes = slices.Collect(maps.Values(s.Nodes)) })
+		var heard []string
+		if g := n.gossipOpen.Load(); g != nil {
+			for _, m := range g.snapshot() {
+				heard = append(heard, m.Addr)
+			}
+		}
+		set = &hostSet{at: time.Now(), hosts: serverHosts(nodes, heard, n.cfg.Join)}
+		n.hosts.Store(set)
+	}
+	return set.hosts[ip.Unmap().WithZone("")]
+}
+
+// hostSet is ServerHost's set and when it was built.
+type hostSet struct {
+	at    time.Time
+	hosts map[netip.Addr]bool
+}
+
+// serverHosts is the set of hosts, canonical, of the nodes' addresses and
+// the other addresses given (host:port or a bare host); names that are not
+// IPs are left out (idgend advertises IPs: it resolves a name once, at
+// start).
+func serverHosts(nodes []NodeInfo, addrs ...[]string) map[netip.Addr]bool {
+	set := map[netip.Addr]bool{}
+	add := func(a string) {
+		if ip, err := netip.ParseAddr(door.HostString(a)); err == nil {
+			set[ip.Unmap().WithZone("")] = true
+		}
+	}
+	for _, n := range nodes {
+		for _, a := range n.addrs() {
+			add(a)
+		}
+	}
+	for _, list := range addrs {
+		for _, a := range list {
+			add(a)
+		}
+	}
+	return set
 }
 
 func (n *Node) Status() Status {

@@ -340,7 +340,7 @@ type grpcDoor struct {
 	*door.Gate
 }
 
-func newGRPCDoor(lis net.Listener, cfg *tls.Config, b Bounds, serverHost func(string) bool, ref *refusals) *grpcDoor {
+func newGRPCDoor(lis net.Listener, cfg *tls.Config, b Bounds, serverHost func(string) bool, known []door.Proof, ref *refusals) *grpcDoor {
 	r := &rooms{b: b, byIdentity: map[string]int{}}
 	if cfg != nil {
 		cfg = cfg.Clone()
@@ -370,7 +370,7 @@ func newGRPCDoor(lis net.Listener, cfg *tls.Config, b Bounds, serverHost func(st
 	g := door.NewGate(lis, handshake, door.GateConfig{
 		Timeout: HandshakeTimeout, MaxPending: b.Handshakes, MaxPendingPerPeer: b.HandshakesPerAddress,
 		Rooms:    []door.Room{{Max: b.PeerHandshakes, Has: serverHost}, {Max: b.KnownHandshakes, Proven: true}},
-		Remember: b.KnownAddresses, RememberFor: KnownFor,
+		Remember: b.KnownAddresses, RememberFor: KnownFor, Recall: known,
 		Policy: door.FairShare, MinAge: cmp.Or(b.handshakeMinAge, HandshakeMinAge), SilentAge: HandshakeSilentAge,
 		Refused: func(remote net.Addr, err error) { ref.refused(remote, err, b) },
 		AcceptError: func(err error) {
@@ -459,6 +459,14 @@ func (c *admittedConn) Close() error {
 	err := c.Conn.Close()
 	c.release()
 	return err
+}
+
+// OnClose has f run once when c closes (door.Watched: the door's book
+// keeps a host known while a connection of its is open). It is called
+// before the connection is handed on, so it races nothing.
+func (c *admittedConn) OnClose(f func()) {
+	release := c.release
+	c.release = sync.OnceFunc(func() { release(); f() })
 }
 
 // doneTLS is the gRPC server's credentials when the door has done the TLS

@@ -54,7 +54,7 @@ func startTestDoorOf(t *testing.T, b Bounds, serverHost func(string) bool) *test
 		t.Fatal(err)
 	}
 	dir := testCA(t)
-	d := &testDoor{grpcDoor: newGRPCDoor(lis, material(t, dir, "server").ServerConfig(), b, serverHost, ref),
+	d := &testDoor{grpcDoor: newGRPCDoor(lis, material(t, dir, "server").ServerConfig(), b, serverHost, nil, ref),
 		reg: reg, addr: lis.Addr().String(), clientCfg: material(t, dir, "client").ClientConfig(), admitted: map[string]int{}}
 	d.clientCfg.NextProtos, d.clientCfg.ServerName = []string{"h2"}, "localhost"
 	var wg sync.WaitGroup
@@ -234,16 +234,10 @@ func TestGRPCDoorLetsStartedHandshakesFinish(t *testing.T) {
 // address holding two fewer, whatever it has sent: a client gets in.
 func TestGRPCDoorGivesEachAddressItsShare(t *testing.T) {
 	d := startTestDoor(t, Bounds{Handshakes: 8, HandshakesPerAddress: 4})
-	s := newStranger()
-	s.first = []byte{0x16, 3, 1, 0, 1, 1} // a whole record of one handshake byte
-	s.hold("127.0.0.2", d.addr, 4)
-	s.hold("127.0.0.3", d.addr, 4)
-	defer func() {
-		for _, c := range s.halt() {
-			c.Close()
-		}
-		s.wg.Wait()
-	}()
+	s := harness.NewStranger([]byte{0x16, 3, 1, 0, 1, 1}) // a whole record of one handshake byte
+	s.Hold("127.0.0.2", d.addr, 4)
+	s.Hold("127.0.0.3", d.addr, 4)
+	defer s.Stop()
 	harness.WaitFor(t, 10*time.Second, "the stranger to fill the door", func() bool { return d.Pending() == 8 })
 	for i, ip := range []string{"127.0.0.11", "127.0.0.12", "127.0.0.13"} {
 		dialer := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
@@ -287,17 +281,12 @@ func TestGRPCDoorKeepsRoomsForPeersAndKnownClients(t *testing.T) {
 	if err := handshake(knownIP); err != nil {
 		t.Fatalf("the client's handshake before the attack: %v", err)
 	}
-	s := newStranger()
-	s.first = []byte{0x16, 3, 1, 0, 1, 1} // a whole record of one handshake byte
+	harness.WaitFor(t, 5*time.Second, "the client admitted", func() bool { return d.wasAdmitted(knownIP) })
+	s := harness.NewStranger([]byte{0x16, 3, 1, 0, 1, 1}) // a whole record of one handshake byte
 	for i := range 8 {
-		s.hold(fmt.Sprintf("127.0.0.%d", 2+i), d.addr, 1)
+		s.Hold(fmt.Sprintf("127.0.0.%d", 2+i), d.addr, 1)
 	}
-	defer func() {
-		for _, c := range s.halt() {
-			c.Close()
-		}
-		s.wg.Wait()
-	}()
+	defer s.Stop()
 	harness.WaitFor(t, 10*time.Second, "the stranger to fill the shared places", func() bool { return d.SharedPending() == 8 })
 	refused := d.handshakeRefusals(t)
 	if err := handshake(newIP); err == nil {
@@ -327,76 +316,6 @@ func (d *testDoor) handshakeRefusals(t *testing.T) float64 {
 	return n
 }
 
-// stranger holds silent connections from ip to addr, n at once, dialling a
-// new one at once for each the door closes, until stop. With first set,
-// each connection sends those bytes once and then nothing.
-type stranger struct {
-	stop  chan struct{}
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	open  map[net.Conn]bool
-	dials int
-	first []byte
-}
-
-func newStranger() *stranger { return &stranger{stop: make(chan struct{}), open: map[net.Conn]bool{}} }
-
-func (s *stranger) hold(ip, addr string, n int) {
-	for range n {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
-			buf := make([]byte, 512)
-			for {
-				select {
-				case <-s.stop:
-					return
-				default:
-				}
-				c, err := d.Dial("tcp", addr)
-				if err != nil {
-					return
-				}
-				s.mu.Lock()
-				s.open[c] = true
-				s.dials++
-				s.mu.Unlock()
-				if len(s.first) > 0 {
-					_, _ = c.Write(s.first)
-				}
-				for {
-					if _, err := c.Read(buf); err != nil {
-						break
-					}
-				}
-				c.Close()
-				s.mu.Lock()
-				delete(s.open, c)
-				s.mu.Unlock()
-			}
-		}()
-	}
-}
-
-// halt stops redialling and returns the connections still open.
-func (s *stranger) halt() []net.Conn {
-	close(s.stop)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []net.Conn
-	for c := range s.open {
-		out = append(out, c)
-	}
-	return out
-}
-
-func (s *stranger) dialled() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.dials
-}
-
 // TestGRPCDoorStrangerCannotLockClientsOut attacks from the stranger's
 // side: silent connections from one address (two more than its bound) and
 // from five more addresses fill the door, and each one the door closes or
@@ -409,10 +328,10 @@ func (s *stranger) dialled() int {
 func TestGRPCDoorStrangerCannotLockClientsOut(t *testing.T) {
 	d := startTestDoor(t, Bounds{Handshakes: 8, HandshakesPerAddress: 3})
 	cfg := d.clientCfg
-	s := newStranger()
-	s.hold("127.0.0.2", d.addr, 5)
+	s := harness.NewStranger(nil)
+	s.Hold("127.0.0.2", d.addr, 5)
 	for i := range 5 {
-		s.hold(fmt.Sprintf("127.0.0.%d", 3+i), d.addr, 1)
+		s.Hold(fmt.Sprintf("127.0.0.%d", 3+i), d.addr, 1)
 	}
 	harness.WaitFor(t, 10*time.Second, "the stranger to fill the door", func() bool { return d.Pending() == 8 })
 	ips := []string{"127.0.0.11", "127.0.0.12", "127.0.0.13", "127.0.0.14"}
@@ -446,12 +365,12 @@ func TestGRPCDoorStrangerCannotLockClientsOut(t *testing.T) {
 	for ip, n := range want {
 		harness.WaitFor(t, 10*time.Second, "the clients from "+ip+" admitted", func() bool { return d.admittedFrom(ip) == n })
 	}
-	held := s.halt()
+	held := s.Halt()
 	limit := harness.Scale(HandshakeTimeout + 2*time.Second)
 	if closed, open := harness.AwaitClosed(held, time.Now().Add(limit)); open != 0 {
 		t.Errorf("%d of the stranger's %d connections outlived the handshake deadline (%v)%s", open, closed+open, limit, harness.SlowdownNote())
 	}
-	s.wg.Wait()
+	s.Wait()
 	if d.wasAdmitted("127.0.0.3") || d.admittedFrom("127.0.0.2") > 2 {
 		t.Errorf("a silent connection was admitted")
 	}
@@ -465,5 +384,5 @@ func TestGRPCDoorStrangerCannotLockClientsOut(t *testing.T) {
 	for _, b := range handshakeBounds {
 		t.Logf("%s: %v", b, refusedBy(t, d.reg, b))
 	}
-	t.Logf("the stranger dialled %d times", s.dialled())
+	t.Logf("the stranger dialled %d times", s.Dialled())
 }

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/cluster/door"
 	"github.com/idgen/idgen/generator"
 	idgenv1 "github.com/idgen/idgen/proto/idgen/v1"
 )
@@ -79,6 +80,9 @@ type ServerConfig struct {
 	// (cluster.Node.ServerHost): the door keeps Bounds.PeerHandshakes
 	// places for their handshakes.
 	ServerHost func(host string) bool
+	// KnownHosts is the book of proven hosts an earlier run kept
+	// (Server.KnownHosts): a restarted node knows the fleet's pods at once.
+	KnownHosts []door.Proof
 	// MaxConnectionIdle closes a connection that carried no call for this
 	// long (0: DefaultMaxConnectionIdle).
 	MaxConnectionIdle time.Duration
@@ -159,6 +163,7 @@ type Server struct {
 	lastMintErr atomic.Int64 // unix nanos of the last logged producer error
 
 	refusals *refusals // what the port's bounds refused (doors.go)
+	door     atomic.Pointer[grpcDoor]
 	idRate   *idRate   // IDs a second per identity (rate.go); nil: no bound
 	fair     *fairTake // hands the buffer's batches to waiting callers in turn (fair.go)
 }
@@ -277,7 +282,19 @@ func (s *Server) Serve(lis net.Listener) error {
 			s.healthLoop(s.healthCtx)
 		}()
 	})
-	return s.grpc.Serve(newGRPCDoor(lis, s.cfg.TLS, s.cfg.Bounds, s.cfg.ServerHost, s.refusals))
+	d := newGRPCDoor(lis, s.cfg.TLS, s.cfg.Bounds, s.cfg.ServerHost, s.cfg.KnownHosts, s.refusals)
+	s.door.Store(d)
+	return s.grpc.Serve(d)
+}
+
+// KnownHosts is the door's book of hosts whose handshake succeeded
+// (Bounds.KnownHandshakes), for the next run's ServerConfig.KnownHosts;
+// nil before Serve.
+func (s *Server) KnownHosts() []door.Proof {
+	if d := s.door.Load(); d != nil {
+		return d.Book()
+	}
+	return nil
 }
 
 // Shutdown stops serving: health turns NOT_SERVING at once (so balancers move

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -143,12 +145,15 @@ type GateConfig struct {
 	// themselves lately still get through.
 	Rooms []Room
 	// Remember (Room.Proven) is how many addresses whose handshake
-	// succeeded the gate keeps in its book, for RememberFor since their
-	// last success (an hour if 0); past it the least lately proven one is
-	// forgotten. Only
-	// a handshake that succeeded writes in it, so a stranger cannot churn it.
+	// succeeded the gate keeps in its book: each while a connection it
+	// handed on is open (if the connection is Watched) and for
+	// RememberFor after (an hour if 0); past Remember the least lately
+	// proven one is forgotten. Only a handshake that succeeded writes in
+	// it, so a stranger cannot churn it. Recall is what an earlier run's
+	// book held (Gate.Book), its proofs kept as they were.
 	Remember    int
 	RememberFor time.Duration
+	Recall      []Proof
 	// Policy (OldestOut unless set) chooses what a newcomer past
 	// MaxPending or MaxPendingPerPeer closes.
 	Policy Policy
@@ -261,6 +266,7 @@ func NewGate(l net.Listener, handshake Handshake, cfg GateConfig) *Gate {
 		g.rooms = append(g.rooms, newRoom(r, r.Max, 0))
 		if r.Proven && g.book == nil {
 			g.book = newBook(cmp.Or(cfg.Remember, 1), cmp.Or(cfg.RememberFor, time.Hour))
+			g.book.recall(cfg.Recall, time.Now())
 		}
 	}
 	g.shared = newRoom(Room{}, cfg.MaxPending, cfg.MaxPendingPerPeer)
@@ -546,6 +552,14 @@ func (g *Gate) run(p *pendingConn) {
 		p.room.forget(p)
 		if err == nil && g.book != nil {
 			g.book.add(p.host, time.Now())
+			if w, ok := c.(Watched); ok {
+				g.book.open(p.host)
+				w.OnClose(func() {
+					g.mu.Lock()
+					defer g.mu.Unlock()
+					g.book.closed(p.host, time.Now())
+				})
+			}
 		}
 	}
 	g.mu.Unlock()
@@ -569,8 +583,48 @@ func (g *Gate) run(p *pendingConn) {
 	}
 }
 
+// Watched is what a Handshake's connection may be, so that the gate's book
+// holds its host while it is open, however long: OnClose has f run once,
+// when the connection closes. (A pod's connection carries a health watch
+// and is never idle; without it, one connected for longer than
+// RememberFor would come back a stranger.)
+type Watched interface {
+	OnClose(f func())
+}
+
+// Proof is one host of the gate's book and when it last proved itself
+// (its last handshake that succeeded, or the close of its last
+// connection).
+type Proof struct {
+	Host string    `json:"host"`
+	At   time.Time `json:"at"`
+}
+
+// Book is the gate's book of proven hosts, least lately proven first,
+// to be recalled by the next run (GateConfig.Recall); a host with a
+// connection open is proven as of now. Nil without a Proven room.
+func (g *Gate) Book() []Proof {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.book == nil {
+		return nil
+	}
+	now := time.Now()
+	out := make([]Proof, 0, g.book.order.Len())
+	for e := g.book.order.Front(); e != nil; e = e.Next() {
+		p := e.Value.(*proof)
+		at := p.at
+		if p.live > 0 {
+			at = now
+		}
+		out = append(out, Proof{Host: p.host, At: at})
+	}
+	return out
+}
+
 // book is a bounded record of the hosts whose handshake succeeded, and
-// when last: the least lately proven is forgotten first.
+// when last (or that a connection of theirs is open): the least lately
+// proven is forgotten first.
 type book struct {
 	max   int
 	ttl   time.Duration
@@ -581,26 +635,64 @@ type book struct {
 type proof struct {
 	host string
 	at   time.Time
+	live int // connections of the host open (Watched)
 }
 
 func newBook(max int, ttl time.Duration) *book {
 	return &book{max: max, ttl: ttl, order: list.New(), by: map[string]*list.Element{}}
 }
 
-func (b *book) add(host string, now time.Time) {
+// recall adds an earlier run's proofs, oldest first, skipping what is not
+// an IP, expired or later than now (a clock that went back).
+func (b *book) recall(proofs []Proof, now time.Time) {
+	proofs = slices.Clone(proofs)
+	slices.SortStableFunc(proofs, func(x, y Proof) int { return x.At.Compare(y.At) })
+	for _, p := range proofs {
+		ip, err := netip.ParseAddr(p.Host)
+		if err != nil || p.At.After(now) || now.Sub(p.At) >= b.ttl {
+			continue
+		}
+		b.add(ip.Unmap().String(), p.At)
+	}
+}
+
+func (b *book) add(host string, at time.Time) {
 	if e, ok := b.by[host]; ok {
-		e.Value.(*proof).at = now
+		if pr := e.Value.(*proof); at.After(pr.at) {
+			pr.at = at
+		}
 		b.order.MoveToBack(e)
 		return
 	}
-	b.by[host] = b.order.PushBack(&proof{host: host, at: now})
+	b.by[host] = b.order.PushBack(&proof{host: host, at: at})
 	for b.order.Len() > b.max {
 		old := b.order.Remove(b.order.Front()).(*proof)
 		delete(b.by, old.host)
 	}
 }
 
+// open counts a connection of host open; closed uncounts it and proves
+// host as of now (a host forgotten meanwhile, past max, is written again).
+func (b *book) open(host string) {
+	if e, ok := b.by[host]; ok {
+		e.Value.(*proof).live++
+	}
+}
+
+func (b *book) closed(host string, now time.Time) {
+	if e, ok := b.by[host]; ok {
+		if pr := e.Value.(*proof); pr.live > 0 {
+			pr.live--
+		}
+	}
+	b.add(host, now)
+}
+
 func (b *book) has(host string, now time.Time) bool {
 	e, ok := b.by[host]
-	return ok && now.Sub(e.Value.(*proof).at) < b.ttl
+	if !ok {
+		return false
+	}
+	pr := e.Value.(*proof)
+	return pr.live > 0 || now.Sub(pr.at) < b.ttl
 }

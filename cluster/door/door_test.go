@@ -506,6 +506,97 @@ func TestBookForgetsTheLeastLatelyProven(t *testing.T) {
 	if b.has("a", now.Add(time.Second+time.Minute)) {
 		t.Fatal("a proof older than the book's time still counts")
 	}
+	// A host with a connection open is proven however long it stays, and
+	// for the book's time after it closes.
+	b.open("c")
+	later := now.Add(time.Hour)
+	if !b.has("c", later) {
+		t.Fatal("a host with a connection open for longer than the book's time is not proven")
+	}
+	b.closed("c", later)
+	if !b.has("c", later.Add(59*time.Second)) || b.has("c", later.Add(time.Minute)) {
+		t.Fatal("a closed connection's host is not proven for the book's time after the close, and only that")
+	}
+}
+
+// TestBookRecallsAnEarlierRun: the proofs an earlier run's book held come
+// back as they were, the expired ones, the ones from the future (a clock
+// gone back) and what is not an IP left out, the newest kept past max.
+func TestBookRecallsAnEarlierRun(t *testing.T) {
+	now := time.Unix(10000, 0)
+	b := newBook(2, time.Minute)
+	b.recall([]Proof{
+		{Host: "10.0.0.4", At: now.Add(-10 * time.Second)},
+		{Host: "10.0.0.1", At: now.Add(-50 * time.Second)},
+		{Host: "10.0.0.2", At: now.Add(-2 * time.Minute)}, // expired
+		{Host: "10.0.0.3", At: now.Add(time.Minute)},      // from the future
+		{Host: "not-an-ip", At: now},
+		{Host: "::ffff:10.0.0.5", At: now.Add(-20 * time.Second)},
+	}, now)
+	got := slices.Sorted(maps.Keys(b.by))
+	if want := []string{"10.0.0.4", "10.0.0.5"}; !slices.Equal(got, want) {
+		t.Fatalf("recalled %v, want %v (the newest two valid proofs)", got, want)
+	}
+	if b.has("10.0.0.5", now.Add(40*time.Second)) {
+		t.Fatal("a recalled proof was not kept as of when it was made")
+	}
+}
+
+// watchedConn is a connection the gate's book watches (Watched).
+type watchedConn struct {
+	net.Conn
+	mu      sync.Mutex
+	onClose []func()
+}
+
+func (c *watchedConn) OnClose(f func()) { c.mu.Lock(); c.onClose = append(c.onClose, f); c.mu.Unlock() }
+
+func (c *watchedConn) Close() error {
+	err := c.Conn.Close()
+	c.mu.Lock()
+	fs := c.onClose
+	c.onClose = nil
+	c.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
+	return err
+}
+
+// TestGateBookWatchesOpenConnections: a host whose handshake succeeded is
+// in the book as of now while its connection is open (so a pod connected
+// past RememberFor still has its place), and as of the close after.
+func TestGateBookWatchesOpenConnections(t *testing.T) {
+	g := NewGate(listen(t), func(c net.Conn) (net.Conn, error) {
+		if _, err := lineHandshake(c); err != nil {
+			return nil, err
+		}
+		return &watchedConn{Conn: c}, nil
+	}, GateConfig{Timeout: time.Minute, MaxPending: 4, Rooms: []Room{{Max: 1, Proven: true}}, RememberFor: 50 * time.Millisecond})
+	defer g.Close()
+	accepted := acceptAll(g)
+	c := harness.DialFrom(t, "127.0.0.7", g.Addr().String())
+	if _, err := c.Write([]byte("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	var served net.Conn
+	select {
+	case served = <-accepted:
+	case <-time.After(harness.Scale(5 * time.Second)):
+		t.Fatal("the handshake did not finish")
+	}
+	g.mu.Lock()
+	open := g.book.has("127.0.0.7", time.Now().Add(time.Hour)) // long past RememberFor, the connection open
+	g.mu.Unlock()
+	if !open {
+		t.Fatal("a host with its connection open was forgotten after RememberFor")
+	}
+	served.Close()
+	closedAt := time.Now()
+	book := g.Book()
+	if len(book) != 1 || book[0].Host != "127.0.0.7" || book[0].At.Before(closedAt.Add(-time.Second)) {
+		t.Fatalf("book after the close %+v, want 127.0.0.7 as of the close", book)
+	}
 }
 
 // TestPeerNamesAnIPv6PrefixWhole: the per-address bounds count an IPv6

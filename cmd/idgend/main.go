@@ -195,6 +195,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		TLS:         sec.grpc,
 		Bounds:      cfg.Bounds,
 		ServerHost:  node.ServerHost,
+		KnownHosts:  loadKnownHosts(cfg.DataDir, log),
 	})
 	if err != nil {
 		return err
@@ -213,6 +214,13 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			errc <- fmt.Errorf("http admin server: %w", err)
 		}
 	}()
+	keepCtx, stopKeeping := context.WithCancel(context.Background())
+	defer stopKeeping()
+	kept := make(chan struct{})
+	go func() {
+		defer close(kept)
+		keepKnownHosts(keepCtx, cfg.DataDir, srv.KnownHosts, log)
+	}()
 	log.Info("idgend serving", "id", node.ID(), "name", node.Name(), "grpc", grpcLis.Addr().String(),
 		"http", httpLis.Addr().String(), "advertise_grpc", grpcAdv, "data_dir", cfg.DataDir)
 
@@ -230,6 +238,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// Health goes NOT_SERVING and in-flight calls finish (bounded), then the
 	// node stops. A Leave's response goes out during this graceful stop.
 	srv.Shutdown(cfg.ShutdownTimeout)
+	stopKeeping()
+	<-kept
+	if err := saveKnownHosts(cfg.DataDir, srv.KnownHosts()); err != nil {
+		log.Warn("known hosts not saved", "dir", cfg.DataDir, "err", err)
+	}
 	hctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	if err := httpSrv.Shutdown(hctx); err != nil {

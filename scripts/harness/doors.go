@@ -123,3 +123,105 @@ func (l *LogBuffer) Lines() int {
 	defer l.mu.Unlock()
 	return bytes.Count(l.b.Bytes(), []byte("\n"))
 }
+
+// Stranger holds connections to an address from loopback source
+// addresses, as an attacker on other hosts would: each sends First once
+// (if set) and then nothing, and each one the other end closes is dialled
+// again at once (a failed dial after a short pause), until Halt or Stop.
+type Stranger struct {
+	First []byte
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	open  map[net.Conn]bool
+	dials int
+}
+
+// NewStranger is a Stranger whose connections send first.
+func NewStranger(first []byte) *Stranger {
+	return &Stranger{First: first, stop: make(chan struct{}), open: map[net.Conn]bool{}}
+}
+
+// Hold keeps n connections from ip to addr.
+func (s *Stranger) Hold(ip, addr string, n int) {
+	for range n {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+			buf := make([]byte, 512)
+			for {
+				select {
+				case <-s.stop:
+					return
+				default:
+				}
+				c, err := d.Dial("tcp", addr)
+				if err != nil {
+					select {
+					case <-s.stop:
+						return
+					case <-time.After(50 * time.Millisecond):
+					}
+					continue
+				}
+				s.mu.Lock()
+				s.open[c] = true
+				s.dials++
+				select {
+				case <-s.stop: // halted while dialling: Halt did not see c
+					c.Close()
+				default:
+				}
+				s.mu.Unlock()
+				if len(s.First) > 0 {
+					_, _ = c.Write(s.First)
+				}
+				for {
+					if _, err := c.Read(buf); err != nil {
+						break
+					}
+				}
+				c.Close()
+				s.mu.Lock()
+				delete(s.open, c)
+				s.mu.Unlock()
+			}
+		}()
+	}
+}
+
+// Halt stops redialling and returns the connections still open.
+func (s *Stranger) Halt() []net.Conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	out := make([]net.Conn, 0, len(s.open))
+	for c := range s.open {
+		out = append(out, c)
+	}
+	return out
+}
+
+// Wait waits for the stranger's goroutines, once halted and its
+// connections closed.
+func (s *Stranger) Wait() { s.wg.Wait() }
+
+// Stop halts the stranger, closes what it holds and waits.
+func (s *Stranger) Stop() {
+	for _, c := range s.Halt() {
+		c.Close()
+	}
+	s.Wait()
+}
+
+// Dialled is how many connections it has opened.
+func (s *Stranger) Dialled() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dials
+}
