@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"container/list"
 	"crypto/rand"
 	"crypto/tls"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -328,9 +330,10 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 // connections that send nothing. One address gets gossipMaxStreamsPerAddr
 // of them: the rest are closed at once, so that one stranger cannot take
 // the port's slots from the node's peers (another address still gets in).
-// Past the port's cap of gossipMaxStreams, from many addresses, a newcomer
-// is closed at once, but not one from the host of a member of the log,
-// which has gossipServerStreams of its own. Those held are closed at memberlist's stream deadline
+// Past the port's cap of gossipMaxStreams, from a few addresses, a
+// newcomer from another closes the oldest of an address past its share;
+// one from the host of a member of the log has gossipServerStreams of its
+// own. Those held are closed at memberlist's stream deadline
 // (10 s with the LAN profile), and the goroutines come back.
 func TestGossipTCPPortCapsSilentStreams(t *testing.T) {
 	const lanTCPTimeout = 10 * time.Second
@@ -365,20 +368,32 @@ func TestGossipTCPPortCapsSilentStreams(t *testing.T) {
 			others = append(others, harness.DialFrom(t, fmt.Sprintf("127.0.0.%d", i), s.cfg.GossipAddr))
 		}
 	}
+	// The port is full, from eight addresses of sixteen: a newcomer from a
+	// ninth closes the oldest of an address past its share instead of
+	// being refused, so a stranger from a few addresses cannot keep a node
+	// that is not yet a member from joining.
 	past := harness.DialFrom(t, "127.0.0.250", s.cfg.GossipAddr)
-	if closed, _ := harness.CountClosed([]net.Conn{past}, time.Now().Add(harness.Scale(3*time.Second))); closed != 1 {
-		t.Fatal("a stream past the port's cap was not closed at once")
+	if closed, _ := harness.CountClosed([]net.Conn{past}, time.Now().Add(harness.Scale(2*time.Second))); closed != 0 {
+		t.Fatal("a newcomer from a ninth address was refused with eight addresses past their share")
 	}
+	full := append(slices.Clone(one[:gossipMaxStreamsPerAddr]), others...)
+	if closed, _ := harness.CountClosed(full, time.Now().Add(harness.Scale(2*time.Second))); closed != 1 {
+		t.Fatalf("%d of the full port's streams were closed for the newcomer, want its one", closed)
+	}
+	if got := n.DoorRefusals()[boundGossipStreamsShare]; got != 1 {
+		t.Fatalf("%s counted %d, want 1", boundGossipStreamsShare, got)
+	}
+	one = append(one, past)
 	// The host of the log's member (127.0.0.1, the node's own) has a room
 	// of its own that the full shared streams do not take.
 	var room []net.Conn
 	for range gossipServerStreams {
 		room = append(room, harness.DialFrom(t, "127.0.0.1", s.cfg.GossipAddr))
 	}
-	others = append(others, room...)
-	if closed, open := harness.CountClosed(others, time.Now().Add(time.Second)); closed != 0 {
-		t.Fatalf("%d of the other addresses' %d streams were closed before the stream deadline (%d open)", closed, len(others), open)
+	if closed, open := harness.CountClosed(room, time.Now().Add(time.Second)); closed != 0 {
+		t.Fatalf("%d of the servers' %d streams were closed before the stream deadline (%d open)", closed, len(room), open)
 	}
+	others = append(others, room...)
 	if time.Since(start) >= lanTCPTimeout {
 		t.Skipf("the attack took %v, past the stream deadline: too slow a machine to tell", time.Since(start))
 	}
@@ -574,5 +589,45 @@ func TestServerHostsAreCanonical(t *testing.T) {
 	}
 	if len(set) != 4 {
 		t.Errorf("server hosts %v, want the four IPs only", set)
+	}
+}
+
+// TestGossipShareVictim: with the port's streams full, a newcomer closes
+// the oldest stream of the address holding the most if that is past its
+// share and two more than the newcomer's; from as many addresses as
+// streams, nobody is past a share and the newcomer is refused.
+func TestGossipShareVictim(t *testing.T) {
+	fill := func(addrs, each int) *cappedTransport {
+		tr := &cappedTransport{slots: make(chan struct{}, addrs*each), byPeer: map[string]int{}, shared: list.New()}
+		for range each {
+			for a := range addrs {
+				peer := fmt.Sprintf("10.0.%d.%d", a/250, a%250)
+				sc := &slotConn{peer: peer}
+				sc.elem = tr.shared.PushBack(sc)
+				tr.byPeer[peer]++
+				tr.slots <- struct{}{}
+			}
+		}
+		return tr
+	}
+	tr := fill(8, 16)
+	tr.byPeer["10.9.9.9"]++ // the newcomer, as takePeer counts it
+	v := tr.fairVictim("10.9.9.9")
+	oldest := map[*slotConn]bool{} // each address's oldest: the first round of the fill
+	for e, i := tr.shared.Front(), 0; i < 8; e, i = e.Next(), i+1 {
+		oldest[e.Value.(*slotConn)] = true
+	}
+	if v == nil || !oldest[v] {
+		t.Fatalf("victim %+v, want the oldest stream of an address holding 16", v)
+	}
+	tr = fill(128, 1)
+	tr.byPeer["10.9.9.9"]++
+	if v := tr.fairVictim("10.9.9.9"); v != nil {
+		t.Fatalf("victim %+v from 128 addresses of one stream each, want none (the newcomer refused)", v)
+	}
+	tr = fill(8, 16)
+	tr.byPeer["10.0.0.1"]++ // a newcomer from an address holding as many as any
+	if v := tr.fairVictim("10.0.0.1"); v != nil {
+		t.Fatalf("victim %+v for a newcomer of an address holding 16, want none", v)
 	}
 }

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"container/list"
 	"fmt"
 	"log/slog"
 	"net"
@@ -61,7 +62,8 @@ type cappedTransport struct {
 	refused *door.RateLog
 	counts  *door.Counts
 	mu      sync.Mutex
-	byPeer  map[string]int // open streams per remote address (door.Peer)
+	byPeer  map[string]int // open shared streams per remote address (door.Peer)
+	shared  *list.List     // of *slotConn, the shared streams, oldest first
 }
 
 // The gossip port's bounds, as idgen_door_refused_total names them.
@@ -69,6 +71,7 @@ const (
 	boundGossipStreams        = "gossip_streams"
 	boundGossipStreamsPerAddr = "gossip_streams_per_address"
 	boundGossipBudget         = "gossip_stream_budget"
+	boundGossipStreamsShare   = "gossip_streams_share"
 )
 
 // capGossipStreams makes mc use a NetTransport on mc's bind address with
@@ -105,6 +108,7 @@ func capGossipStreams(mc *memberlist.Config, max int, servers func(host string) 
 		refused:      refusals,
 		counts:       counts,
 		byPeer:       map[string]int{},
+		shared:       list.New(),
 	}
 	t.wg.Add(1)
 	go t.relay()
@@ -148,6 +152,14 @@ func (t *cappedTransport) relay() {
 				"remote", fmt.Sprint(remote), "cap", gossipMaxStreamsPerAddr)
 			continue
 		}
+		if len(t.slots) == cap(t.slots) {
+			if v := t.fairVictim(peer); v != nil {
+				v.Close() // frees its slot at once
+				t.counts.Add(boundGossipStreamsShare)
+				t.refused.Log(slog.LevelWarn, "share", v.peer, "closed a gossip stream of an address past its share of the port's streams, for a newcomer",
+					"remote", fmt.Sprint(v.RemoteAddr()), "newcomer", fmt.Sprint(remote))
+			}
+		}
 		select {
 		case t.slots <- struct{}{}:
 		default:
@@ -158,8 +170,50 @@ func (t *cappedTransport) relay() {
 				"remote", fmt.Sprint(remote), "cap", cap(t.slots))
 			continue
 		}
-		t.hand(t.budgeted(c, func() { <-t.slots; t.freePeer(peer) }))
+		var sc *slotConn
+		sc = t.budgeted(c, func() {
+			t.mu.Lock()
+			t.shared.Remove(sc.elem)
+			t.mu.Unlock()
+			<-t.slots
+			t.freePeer(peer)
+		})
+		sc.peer = peer
+		t.mu.Lock()
+		sc.elem = t.shared.PushBack(sc)
+		t.mu.Unlock()
+		t.hand(sc)
 	}
+}
+
+// fairVictim is the shared stream to close for a newcomer from peer
+// (already counted in byPeer) when the port's streams are full, or nil:
+// the oldest of the address holding the most, if that is past its share
+// (the streams over the addresses holding any) and two more than the
+// newcomer's address holds. A peer's push/pull takes milliseconds, so a
+// stranger from a few addresses holding every stream until its deadline
+// no longer keeps a node that is not yet a member (and so has no room)
+// from joining; one with as many addresses as streams is not told apart.
+func (t *cappedTransport) fairVictim(peer string) *slotConn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	mine := t.byPeer[peer] - 1
+	share := max(1, cap(t.slots)/max(1, len(t.byPeer)))
+	top, most := "", 0
+	for p, n := range t.byPeer {
+		if n > most {
+			top, most = p, n
+		}
+	}
+	if most <= share || most-mine < 2 {
+		return nil
+	}
+	for e := t.shared.Front(); e != nil; e = e.Next() {
+		if sc := e.Value.(*slotConn); sc.peer == top {
+			return sc
+		}
+	}
+	return nil
 }
 
 // budgeted is c read to its budget, calling free on its first Close.
@@ -217,6 +271,8 @@ func (t *cappedTransport) Shutdown() error {
 // memberlist reads a stream from one goroutine.
 type slotConn struct {
 	net.Conn
+	peer   string        // shared streams: the remote address (door.Peer)
+	elem   *list.Element // shared streams: in cappedTransport.shared
 	once   sync.Once
 	free   func()
 	budget int

@@ -377,7 +377,7 @@ func Open(cfg Config) (*Node, error) {
 	// append to it while it has none (raftGreeter.admits).
 	alone := cfg.BootstrapExpect == 1 && len(cfg.Join) == 0
 	n.doors = door.NewCounts(boundRaftConns, boundRaftHandshakes, boundRaftTimeout, boundRaftTLS, boundRaftGreeting, boundRaftOtherCluster, boundRaftIdentity,
-		boundGossipStreams, boundGossipStreamsPerAddr, boundGossipBudget)
+		boundGossipStreams, boundGossipStreamsPerAddr, boundGossipBudget, boundGossipStreamsShare)
 	n.rs, err = openRaft(&n.cfg, id, n.fsm, raftGreeter{own: n.ownCluster, alone: func() bool { return alone }, servers: n.ServerHost}, n.doors, logger)
 	if err != nil {
 		return nil, err
