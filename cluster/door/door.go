@@ -643,16 +643,22 @@ func newBook(max int, ttl time.Duration) *book {
 }
 
 // recall adds an earlier run's proofs, oldest first, skipping what is not
-// an IP, expired or later than now (a clock that went back).
+// an IP or expired; one later than now (the clock came up behind the last
+// run's: the hosts connected at its shutdown are stamped then) counts as
+// of now.
 func (b *book) recall(proofs []Proof, now time.Time) {
 	proofs = slices.Clone(proofs)
 	slices.SortStableFunc(proofs, func(x, y Proof) int { return x.At.Compare(y.At) })
 	for _, p := range proofs {
 		ip, err := netip.ParseAddr(p.Host)
-		if err != nil || p.At.After(now) || now.Sub(p.At) >= b.ttl {
+		if err != nil || now.Sub(p.At) >= b.ttl {
 			continue
 		}
-		b.add(ip.Unmap().String(), p.At)
+		at := p.At
+		if at.After(now) {
+			at = now
+		}
+		b.add(ip.Unmap().String(), at)
 	}
 }
 

@@ -520,8 +520,9 @@ func TestBookForgetsTheLeastLatelyProven(t *testing.T) {
 }
 
 // TestBookRecallsAnEarlierRun: the proofs an earlier run's book held come
-// back as they were, the expired ones, the ones from the future (a clock
-// gone back) and what is not an IP left out, the newest kept past max.
+// back as they were (one from the future, a clock that came up behind, as
+// of now), the expired ones and what is not an IP left out, the newest
+// kept past max.
 func TestBookRecallsAnEarlierRun(t *testing.T) {
 	now := time.Unix(10000, 0)
 	b := newBook(2, time.Minute)
@@ -534,11 +535,19 @@ func TestBookRecallsAnEarlierRun(t *testing.T) {
 		{Host: "::ffff:10.0.0.5", At: now.Add(-20 * time.Second)},
 	}, now)
 	got := slices.Sorted(maps.Keys(b.by))
-	if want := []string{"10.0.0.4", "10.0.0.5"}; !slices.Equal(got, want) {
+	if want := []string{"10.0.0.3", "10.0.0.4"}; !slices.Equal(got, want) {
 		t.Fatalf("recalled %v, want %v (the newest two valid proofs)", got, want)
 	}
-	if b.has("10.0.0.5", now.Add(40*time.Second)) {
+	if !b.has("10.0.0.3", now.Add(59*time.Second)) || b.has("10.0.0.3", now.Add(time.Minute)) {
+		t.Fatal("a proof from the future was not kept as of now")
+	}
+	if b.has("10.0.0.4", now.Add(50*time.Second)) {
 		t.Fatal("a recalled proof was not kept as of when it was made")
+	}
+	b = newBook(4, time.Minute)
+	b.recall([]Proof{{Host: "::ffff:10.0.0.5", At: now}}, now)
+	if !b.has("10.0.0.5", now) {
+		t.Fatal("an IPv4 address written in IPv6 form was not recalled as the IPv4 host")
 	}
 }
 

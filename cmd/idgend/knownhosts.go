@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -20,23 +21,38 @@ import (
 // handshake places still knows the fleet's pods, which redial it at once.
 const knownHostsFile = "known-hosts.json"
 
-// knownHostsMaxBytes bounds what is read of the file: the default book of
-// 16,384 hosts is about 1 MiB.
-const knownHostsMaxBytes = 8 << 20
+// knownHostsBytesPerHost bounds what is read of the file: a proof is at
+// most about 100 bytes of JSON (an IPv6 host and a time with nanoseconds),
+// so the default book of 16,384 hosts is at most 2 MiB.
+const knownHostsBytesPerHost = 128
 
 // knownHostsEvery is how often the book is saved while the node runs (and
 // once more at shutdown), so a node that crashes loses a minute of it.
 const knownHostsEvery = time.Minute
 
-// loadKnownHosts reads the book an earlier run saved. A missing file is an
-// empty book; an unreadable one is logged and taken as empty (the door
-// checks every entry again: what is not an IP, expired or from the future
-// is left out).
-func loadKnownHosts(dir string, log *slog.Logger) []door.Proof {
+// loadKnownHosts reads the book an earlier run saved, of at most maxHosts
+// hosts (--grpc-known-addresses), and removes what a save cut short left
+// behind. A missing file is an empty book; one that is not a regular file
+// (a FIFO would block the start), too long or not a book is logged and
+// taken as empty (the door checks every entry again: what is not an IP or
+// expired is left out).
+func loadKnownHosts(dir string, maxHosts int, log *slog.Logger) []door.Proof {
+	if left, _ := filepath.Glob(filepath.Join(dir, knownHostsFile+".*")); len(left) > 0 {
+		for _, p := range left {
+			os.Remove(p)
+		}
+	}
 	path := filepath.Join(dir, knownHostsFile)
-	f, err := os.Open(path)
+	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
+	}
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
+	}
+	var f *os.File
+	if err == nil {
+		f, err = os.Open(path)
 	}
 	if err != nil {
 		log.Warn("known hosts not read; starting with none", "path", path, "err", err)
@@ -44,7 +60,8 @@ func loadKnownHosts(dir string, log *slog.Logger) []door.Proof {
 	}
 	defer f.Close()
 	var proofs []door.Proof
-	if err := json.NewDecoder(io.LimitReader(f, knownHostsMaxBytes)).Decode(&proofs); err != nil {
+	limit := int64(max(maxHosts, 1)) * knownHostsBytesPerHost
+	if err := json.NewDecoder(io.LimitReader(f, limit)).Decode(&proofs); err != nil {
 		log.Warn("known hosts not read; starting with none", "path", path, "err", err)
 		return nil
 	}

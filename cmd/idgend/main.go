@@ -195,7 +195,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		TLS:         sec.grpc,
 		Bounds:      cfg.Bounds,
 		ServerHost:  node.ServerHost,
-		KnownHosts:  loadKnownHosts(cfg.DataDir, log),
+		KnownHosts:  loadKnownHosts(cfg.DataDir, cfg.Bounds.KnownAddresses, log),
 	})
 	if err != nil {
 		return err
