@@ -20,8 +20,9 @@ import (
 
 // nodeFilesNeeded is what idgend's start check asks of its open-file limit
 // at the default bounds (cmd/idgend/descriptors.go): the gRPC bounds, the
-// Raft port's 256, gossip's 128 streams, the admin port's 64 and 256 more.
-var nodeFilesNeeded = rpc.DefaultBounds.Descriptors() + 256 + 128 + 64 + 256
+// Raft port's 256, gossip's 128 streams and the servers' 32, the admin
+// port's 64 and 256 more.
+var nodeFilesNeeded = rpc.DefaultBounds.Descriptors() + 256 + 128 + 32 + 64 + 256
 
 // fleetStats is one fleet run: what its clients saw and what its nodes
 // spent, per node where it says so.
