@@ -37,10 +37,9 @@ const knownHostsEvery = time.Minute
 // taken as empty (the door checks every entry again: what is not an IP or
 // expired is left out).
 func loadKnownHosts(dir string, maxHosts int, log *slog.Logger) []door.Proof {
-	if left, _ := filepath.Glob(filepath.Join(dir, knownHostsFile+".*")); len(left) > 0 {
-		for _, p := range left {
-			os.Remove(p)
-		}
+	left, _ := filepath.Glob(filepath.Join(dir, knownHostsFile+".*"))
+	for _, p := range left {
+		os.Remove(p)
 	}
 	path := filepath.Join(dir, knownHostsFile)
 	fi, err := os.Lstat(path)
