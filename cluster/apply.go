@@ -180,8 +180,11 @@ func (n *Node) handle(ctx context.Context, c command) (result, error) {
 // grants nothing and hands off. Apply itself never reads a clock.
 func (n *Node) leaderApply(ctx context.Context, c command) (result, error) {
 	now := n.clock.Now()
-	in := leaderIn{Now: now, Member: c.Type != cmdClaim || n.inRaftConfig(c.Node.ID), MaxAhead: n.cfg.MaxAhead, MaxSkew: n.cfg.MaxSkew}
-	if reportsClock(c, in.Member) {
+	member := n.inRaftConfig(c.nodeID())
+	in := leaderIn{Now: now, Member: c.Type != cmdClaim || member, MaxAhead: n.cfg.MaxAhead, MaxSkew: n.cfg.MaxSkew}
+	var reports bool
+	n.fsm.view(func(s *state) { reports = reportsClock(s, c, member) })
+	if reports {
 		n.clocks.observe(c.nodeID(), clockSample{reported: time.Unix(0, c.SentAt), leader: now, at: time.Now()})
 	}
 	in.ClusterNow, in.Known = n.clusterNow(now)

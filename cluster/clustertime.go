@@ -51,6 +51,23 @@ func (b *clockBook) observe(id string, s clockSample) {
 	b.last[id] = s
 }
 
+// retain forgets the reports of every node not in ids (the servers of the
+// leader's Raft configuration): a removed member's clock says nothing of the
+// cluster's, and the book stays bounded by the configuration.
+func (b *clockBook) retain(ids []string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	keep := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		keep[id] = true
+	}
+	for id := range b.last {
+		if !keep[id] {
+			delete(b.last, id)
+		}
+	}
+}
+
 func (b *clockBook) reset() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -245,12 +262,14 @@ func (n *Node) pollClocks(stop <-chan struct{}) {
 		if f.Error() != nil {
 			continue
 		}
-		var voters []string
+		var voters, servers []string
 		for _, s := range f.Configuration().Servers {
+			servers = append(servers, string(s.ID))
 			if s.Suffrage == raft.Voter {
 				voters = append(voters, string(s.ID))
 			}
 		}
+		n.clocks.retain(servers)
 		own := n.ownCluster()
 		keys := map[probeKey]bool{}
 		heard := func(id string) time.Time {

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -213,4 +214,45 @@ func TestWindowAheadOfClusterTimeIsReported(t *testing.T) {
 	})
 	_, reason := ahead.Ready()
 	t.Log(reason)
+}
+
+// TestReserveOfANonHolderReportsNoClock: a Reserve's clock counts in the
+// cluster's time only once the leader has checked that its node holds what
+// it names. Reserves forwarded under a hundred made-up node IDs and one
+// under a real node's ID with a wrong tenure, every one an hour ahead, are
+// refused as "not owner" and leave the leader's clock book as it was: before
+// the fix each added a sample, without bound, and their hour counted in the
+// "most nodes think my clock is off" hand-off.
+func TestReserveOfANonHolderReportsNoClock(t *testing.T) {
+	tc := startThree(t)
+	drawAll(t, tc)
+	ahead := skewedClock{d: time.Hour}
+	var leader *Node
+	harness.WaitFor(t, 10*time.Second, "a leader", func() bool { leader = tc.node(leaderOf(tc, "a", "b", "c")); return leader != nil })
+	ids := map[string]bool{}
+	leader.clocks.mu.Lock()
+	for id := range leader.clocks.last {
+		ids[id] = true
+	}
+	leader.clocks.mu.Unlock()
+	for i := range 100 {
+		p := &pseudoNode{id: fmt.Sprintf("%032x", i+1), tc: tc, clock: ahead}
+		if _, err := p.deliver(p.command(command{Type: cmdReserve, NodeID: p.id, Slot: i % 3, Tenure: uint64(i + 1), UpTo: 1})); !errors.Is(err, ErrNotOwner) && !errors.Is(err, ErrClockSkew) {
+			t.Fatalf("a reserve of made-up node %s: %v, want it refused", p.id, err)
+		}
+	}
+	real := &pseudoNode{id: tc.node("b").id, tc: tc, clock: ahead}
+	if _, err := real.deliver(real.command(command{Type: cmdReserve, NodeID: real.id, Slot: 0, Tenure: 1 << 40, UpTo: 1})); !errors.Is(err, ErrNotOwner) && !errors.Is(err, ErrClockSkew) {
+		t.Fatalf("a reserve of b under a wrong tenure: %v, want it refused", err)
+	}
+	leader.clocks.mu.Lock()
+	defer leader.clocks.mu.Unlock()
+	for id, s := range leader.clocks.last {
+		if !ids[id] && id != "b" && id != tc.node("b").id && id != tc.node("c").id && id != tc.node("a").id {
+			t.Errorf("the leader keeps a clock sample of %s, which holds no slot", id)
+		}
+		if s.reported.Sub(s.leader) > 30*time.Minute {
+			t.Errorf("the leader keeps %s's clock as an hour ahead, from a refused reserve", id)
+		}
+	}
 }

@@ -344,10 +344,20 @@ func handleCheck(s *state, c command, ready bool) (handling, error) {
 }
 
 // reportsClock: the leader counts a command's clock (SentAt) in the
-// cluster's time only from a Claim or Reserve of a member of its Raft
-// configuration.
-func reportsClock(c command, member bool) bool {
-	return member && (c.Type == cmdClaim || c.Type == cmdReserve)
+// cluster's time only from a Claim of a member of its Raft configuration, or
+// from a Reserve of a member that s (the leader's state) shows holding the
+// slot under the tenure it names. What a command that names any other node
+// says of a clock is not believed: its checks refuse it, and the clock book
+// stays bounded by the members (cluster/DESIGN.md, "The leader believes
+// nothing of a sender before checking it").
+func reportsClock(s *state, c command, member bool) bool {
+	switch c.Type {
+	case cmdClaim:
+		return member
+	case cmdReserve:
+		return member && s.holds(c.NodeID, c.Slot, c.Tenure)
+	}
+	return false
 }
 
 // appliedResult is the leader's reading of what Apply returned for its

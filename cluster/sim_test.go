@@ -622,7 +622,7 @@ func (w *simWorld) handle(l *simNode, c command) (result, error) {
 		in.Member = true // (a voter it cannot reach would cost it its quorum)
 	}
 	real := w.base.Add(w.now)
-	if reportsClock(c, in.Member) {
+	if reportsClock(l.replica.state, c, l.cl.member(c.nodeID()) || in.Member && c.Type == cmdClaim) {
 		l.clocks.observe(c.nodeID(), clockSample{reported: time.Unix(0, c.SentAt), leader: now, at: real})
 	}
 	in.ClusterNow, in.Known = w.clusterNow(l, now)
