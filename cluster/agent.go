@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/idgen/idgen/generator"
@@ -20,6 +22,10 @@ const (
 	// yet) failed without costing the leader anything and is retried every
 	// agentTick, so a node claims within a tick of its cluster's first leader.
 	claimRetry = time.Second
+	// maxReserveBackoff caps the gap between reserves that a run of "not
+	// owner" answers doubles from minReserveGap: a false one (a deposed
+	// leader's) costs at most this of the room left.
+	maxReserveBackoff = 2 * time.Second
 )
 
 // claimRetryAfter is the wait before the next claim after one that failed with err.
@@ -30,48 +36,34 @@ func claimRetryAfter(err error) time.Duration {
 	return claimRetry
 }
 
-// runAgent is the slot agent: it claims a slot, runs a generator above the
-// claim's floor, keeps the granted window ahead of it, and revokes the
-// generator the moment the state shows the slot is no longer this node's.
-func (n *Node) runAgent() {
+// agentShell is the slot agent's shell: it gathers the rule's input (the
+// node, its generator and its replica), steps the rule (decide.go's
+// slotAgent) and carries out what it returns. It claims a slot, runs a
+// generator above the claim's floor, keeps the granted window ahead of it,
+// and revokes the generator once the replica shows the slot is no longer
+// this node's.
+type agentShell struct {
+	n *Node
+	// mu serializes the steps: the agent loop's and the applies' (stopIfEnded).
+	mu   sync.Mutex
+	rule slotAgent
+	// claimed is the layout the awaited claim asked for (nil: none named).
+	claimed *generator.Layout
+}
+
+// run is the agent loop: one look per wake (a tick, an applied entry, a
+// generator waiting for room).
+func (a *agentShell) run() {
+	n := a.n
 	tick := time.NewTicker(agentTick)
 	defer tick.Stop()
-	var lastReserve, lastClaim time.Time
-	claimGap := time.Duration(0)
 	for {
 		// Persisted as soon as the state has it: a node that restarts before
 		// it was written would gossip no cluster and not be added back.
 		n.trackIdentity()
-		g := n.gen.Load()
-		switch {
-		case n.leaving.Load():
-		case n.conflict.Load() != nil:
-			if g != nil {
-				n.revoke(g, ErrClusterConflict)
-				g = nil
-			}
-		case g == nil && time.Since(lastClaim) >= claimGap && !n.cfg.neverClaim:
-			lastClaim = time.Now()
-			var err error
-			if g, err = n.claim(); g != nil {
-				lastReserve = time.Now()
-				n.reserve(g)
-			}
-			claimGap = claimRetryAfter(err)
-		case g != nil:
-			if !n.followLog(g) {
-				continue
-			}
-			// A node refused earlier (clock skew) asks again now and then even
-			// with room left, since only an accepted reserve clears the refusal.
-			refused := *n.reason.Load() != ""
-			if (n.needsRoom(g) && time.Since(lastReserve) >= minReserveGap) || (refused && time.Since(lastReserve) >= claimRetry) {
-				lastReserve = time.Now()
-				n.reserve(g)
-			}
-		}
+		a.drive(agentEvent{Kind: agentLook})
 		var waiting <-chan struct{}
-		if g != nil {
+		if g := n.gen.Load(); g != nil {
 			waiting = g.Waiting()
 		}
 		select {
@@ -84,20 +76,119 @@ func (n *Node) runAgent() {
 	}
 }
 
-// claim asks the leader for a slot and starts a generator above its floor.
-// The answer only names the claim (its tenure) to wait for: the generator's
-// floor and first grant are read from this node's own replica once it has
-// applied that claim (a node mints only from its own log, DESIGN.md), and
-// so is the layout: the one the replica's Init records. The claim carries
-// the layout this node was configured with (else its replica's, once
-// known), and the log refuses it if the cluster's differs.
-func (n *Node) claim() (*generator.Generator, error) {
+// drive steps the rule for ev and carries out what it asks, sending a claim
+// or a reserve outside the lock and stepping the answer in turn.
+func (a *agentShell) drive(ev agentEvent) {
+	for {
+		out, g := a.step(ev)
+		switch {
+		case out.Claim:
+			tenure, err := a.sendClaim()
+			ev = agentEvent{Kind: agentClaimAnswered, Tenure: tenure, Err: err}
+		case out.Reserve && g != nil:
+			tenure, granted, err := a.sendReserve(g, out.UpTo)
+			ev = agentEvent{Kind: agentReserveAnswered, Tenure: tenure, UpTo: out.UpTo, Granted: granted, Err: err}
+		case out.Start:
+			ev = agentEvent{Kind: agentLook} // the first reserve goes at once
+		default:
+			return
+		}
+	}
+}
+
+// step steps the rule for ev (and, after an answer, looks again) under the
+// lock, and carries out what needs no leader: a start, a grant, a revoke. It
+// returns the rule's output and the generator running after it.
+func (a *agentShell) step(ev agentEvent) (agentOut, *generator.Generator) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := a.rule.step(ev, a.input())
+	if (ev.Kind == agentClaimAnswered || ev.Kind == agentReserveAnswered) && out.GaveUp == nil {
+		a.carryOut(out) // (an answer's worth: no grant)
+		out = a.rule.step(agentEvent{Kind: agentLook}, a.input())
+	}
+	if err := a.carryOut(out); err != nil {
+		a.rule.step(agentEvent{Kind: agentStartFailed}, a.input())
+		return agentOut{}, nil
+	}
+	if out.Start {
+		// An entry applied since the tenure was read found no generator to
+		// stop: follow the replica again now that there is one.
+		a.carryOut(a.rule.step(agentEvent{Kind: agentApplied}, a.input()))
+	}
+	return out, a.n.gen.Load()
+}
+
+// carryOut does what out asks that needs no leader (under the lock); the
+// error is a start's.
+func (a *agentShell) carryOut(out agentOut) error {
+	n := a.n
+	g := n.gen.Load()
+	switch {
+	case out.GaveUp != nil:
+		n.setReason("no slot yet: " + out.GaveUp.Error())
+		n.logger.Warn("claim answered but not found in the local log", "err", out.GaveUp)
+	case out.Revoke != nil:
+		if g != nil {
+			n.revoke(g, out.Revoke)
+		}
+		return nil
+	case out.Start:
+		var err error
+		if g, err = a.start(out); err != nil {
+			return err
+		}
+	}
+	if g != nil && out.Grant > g.Granted() {
+		n.lastGrant.Store(time.Now().UnixNano())
+		g.Grant(out.Grant)
+	}
+	if g != nil {
+		var held bool
+		n.fsm.view(func(s *state) { _, _, held = ownTenure(s, n.id, a.rule.Tenure()) })
+		if held {
+			n.window.Store(&heldWindow{slot: g.Slot(), granted: g.Granted()})
+		}
+	}
+	return nil
+}
+
+// input is the rule's input now (under the lock).
+func (a *agentShell) input() agentIn {
+	n := a.n
+	g := n.gen.Load()
+	in := agentIn{
+		Now: time.Now(), Leaving: n.leaving.Load(), NeverClaim: n.cfg.neverClaim, Conflict: n.conflict.Load() != nil,
+		Running: g != nil,
+	}
+	if g != nil {
+		in.Slot, in.Granted, in.Head = g.Slot(), g.Granted(), g.Head()
+		in.Lead = unitsCeil(n.cfg.Lead, g.Layout().Unit)
+	}
+	n.fsm.view(func(s *state) {
+		in.Own, in.Applied, in.Held = ownTenure(s, n.id, a.rule.Tenure())
+		if g != nil && g.Slot() < len(s.Slots) {
+			in.SlotOwner, in.SlotTenure = s.Slots[g.Slot()].Owner, s.Slots[g.Slot()].Tenure
+		}
+	})
+	return in
+}
+
+// sendClaim asks the leader for a slot and returns the tenure the answer
+// names. The answer only names the claim to wait for: the generator's floor
+// and first grant are read from this node's own replica once it has applied
+// that claim (a node mints only from its own log, DESIGN.md), and so is the
+// layout: the one the replica's Init records. The claim carries the layout
+// this node was configured with (else its replica's, once known), and the
+// log refuses it if the cluster's differs.
+func (a *agentShell) sendClaim() (uint64, error) {
+	n := a.n
 	want, known := n.stateLayout()
 	if l := n.cfg.Layout; l != (generator.Layout{}) {
 		if known && want != l {
 			err := layoutMismatch(want, l, "its cluster is one")
 			n.setReason(err.Error())
-			return nil, err
+			return 0, err
 		}
 		want, known = l, true
 	}
@@ -115,39 +206,88 @@ func (n *Node) claim() (*generator.Generator, error) {
 	if err != nil {
 		n.setReason(n.claimFailure(err))
 		n.logger.Debug("claim", "err", err)
-		return nil, err
+		return 0, err
 	}
-	t, err := n.awaitTenure(ctx, r.Tenure)
-	if err != nil {
-		n.setReason("no slot yet: " + err.Error())
-		n.logger.Warn("claim answered but not found in the local log", "tenure", r.Tenure, "err", err)
-		return nil, err
-	}
+	a.mu.Lock()
+	a.claimed = claimed
+	a.mu.Unlock()
+	return r.Tenure, nil
+}
+
+// start starts the generator the rule asked for (under the lock), from the
+// layout the replica's Init records.
+func (a *agentShell) start(out agentOut) (*generator.Generator, error) {
+	n := a.n
 	// The replica applied the claim, so it has the Init before it.
 	layout, ok := n.stateLayout()
-	if !ok || (claimed != nil && layout != *claimed) {
-		err := fmt.Errorf("%w: the local log records layout %s for a claim of layout %s", ErrLayoutMismatch, layout, want)
+	if !ok || (a.claimed != nil && layout != *a.claimed) {
+		err := fmt.Errorf("%w: the local log records layout %s for a claim of layout %v", ErrLayoutMismatch, layout, a.claimed)
 		n.setReason("cannot start generator: " + err.Error())
-		n.logger.Error("start generator", "slot", t.Slot, "err", err)
+		n.logger.Error("start generator", "slot", out.Slot, "err", err)
 		return nil, err
 	}
-	g, err := generator.New(layout, t.Slot, t.Floor, n.clock)
+	g, err := generator.New(layout, out.Slot, out.Floor, n.clock)
 	if err != nil {
 		n.setReason("cannot start generator: " + err.Error())
-		n.logger.Error("start generator", "slot", t.Slot, "floor", t.Floor, "err", err)
+		n.logger.Error("start generator", "slot", out.Slot, "floor", out.Floor, "err", err)
 		return nil, err
 	}
-	g.Grant(t.Granted)
+	g.Grant(out.Granted)
 	n.window.Store(&heldWindow{slot: g.Slot(), granted: g.Granted()})
-	n.tenure.Store(t.ClaimedIndex)
-	n.minted.Store(&mintedTenure{slot: t.Slot, tenure: t.ClaimedIndex})
+	n.tenure.Store(out.Tenure)
+	n.minted.Store(&mintedTenure{slot: out.Slot, tenure: out.Tenure})
 	n.setReason("")
 	n.gen.Store(g)
-	n.logger.Info("claimed slot", "slot", t.Slot, "floor", t.Floor, "tenure", t.ClaimedIndex)
-	// An entry applied since the tenure was read found no generator to
-	// stop: ask the replica again now that there is one.
-	n.stopIfEnded()
+	n.logger.Info("claimed slot", "slot", out.Slot, "floor", out.Floor, "tenure", out.Tenure)
 	return g, nil
+}
+
+// sendReserve asks for the window up to upTo and returns the tenure it
+// spoke for, what the answer says was granted and the answer's error. The answer grants nothing by itself: the
+// room is taken from the local replica once it has applied the grant. A
+// "not owner" stops nothing by itself either: the generator stops when the
+// local replica shows its tenure's end, and the rule backs off. An unknown
+// outcome counts as not granted.
+func (a *agentShell) sendReserve(g *generator.Generator, upTo int64) (uint64, int64, error) {
+	n := a.n
+	tenure := n.tenure.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	sent := n.clock.Now()
+	r, err := n.propose(ctx, command{Type: cmdReserve, NodeID: n.id, Slot: g.Slot(), Tenure: tenure, UpTo: upTo})
+	switch {
+	case err == nil:
+		switch {
+		case r.ClusterTime != 0:
+			n.skew.Store(int64(sent.Sub(time.Unix(0, r.ClusterTime))))
+		case r.LeaderTime != 0:
+			n.skew.Store(int64(sent.Sub(time.Unix(0, r.LeaderTime))))
+		}
+		if *n.reason.Load() != "" {
+			n.setReason("")
+		}
+	case errors.Is(err, ErrNotOwner):
+		// Only a hint: a deposed leader whose state lacks this tenure's
+		// claim says it too. The replica decides; the rule backs off, and
+		// only the first of a run is worth a line at Info.
+		level := slog.LevelDebug
+		if a.notOwned() == 0 {
+			level = slog.LevelInfo
+		}
+		n.logger.Log(context.Background(), level, "reserve refused as not the slot owner; this node's log decides", "slot", g.Slot(),
+			"tenure", tenure, "err", err)
+	case errors.Is(err, ErrClockSkew):
+		n.setReason(err.Error())
+	default:
+		n.logger.Debug("reserve", "slot", g.Slot(), "up_to", upTo, "err", err)
+	}
+	return tenure, r.Granted, err
+}
+
+func (a *agentShell) notOwned() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.rule.NotOwned()
 }
 
 // errTenureNotHeld: the local log shows the claim's tenure is not (or no
@@ -175,41 +315,6 @@ func ownTenure(s *state, nodeID string, tenure uint64) (t Tenure, applied, ok bo
 	return Tenure{}, true, false
 }
 
-// awaitTenure waits until the local replica has applied the claim that opened
-// tenure, and returns the hold it records.
-func (n *Node) awaitTenure(ctx context.Context, tenure uint64) (Tenure, error) {
-	if tenure == 0 {
-		// Never a success: a zero Tenure would start a generator on slot 0
-		// from floor 0. (Every Claim answer names its tenure today.)
-		return Tenure{}, fmt.Errorf("%w: the leader's answer to the claim names no tenure", errTenureNotHeld)
-	}
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		var (
-			t           Tenure
-			applied, ok bool
-		)
-		n.fsm.view(func(s *state) { t, applied, ok = ownTenure(s, n.id, tenure) })
-		switch d := agentStep(agentIn{Tenure: tenure, Own: t, Applied: applied, Held: ok}); {
-		case d.Start:
-			return t, nil
-		case d.Claim:
-			if d.Err == nil {
-				return Tenure{}, fmt.Errorf("%w (tenure %d)", errTenureNotHeld, tenure)
-			}
-			return Tenure{}, d.Err
-		}
-		select {
-		case <-ctx.Done():
-			return Tenure{}, fmt.Errorf("claim of tenure %d not applied locally: %w", tenure, ctx.Err())
-		case <-n.shutdownCh:
-			return Tenure{}, ErrShutdown
-		case <-tick.C:
-		}
-	}
-}
-
 func (n *Node) claimFailure(err error) string {
 	switch {
 	case errors.Is(err, ErrClusterFull):
@@ -233,64 +338,16 @@ func (n *Node) claimFailure(err error) string {
 	}
 }
 
-// followLog brings the generator in line with the local replica, the only
-// source of its window: while the slot's current tenure is the generator's
-// own, granted follows the slot's highWater as applied here; once it is not
-// (another node's, a later claim of this node's, or none), the generator
-// stops at once. It reports whether the generator is still running.
-// It carries out agentStep's decision (decide.go).
-func (n *Node) followLog(g *generator.Generator) bool {
-	// The agent and stopIfEnded both follow the log: one at a time, and
-	// only for the generator that is still the node's.
-	n.following.Lock()
-	defer n.following.Unlock()
-	if n.gen.Load() != g {
-		return false
-	}
-	tenure := n.tenure.Load()
-	var (
-		t           Tenure
-		applied, ok bool
-		owner       string
-		current     uint64
-	)
-	n.fsm.view(func(s *state) {
-		t, applied, ok = ownTenure(s, n.id, tenure)
-		if g.Slot() < len(s.Slots) {
-			owner, current = s.Slots[g.Slot()].Owner, s.Slots[g.Slot()].Tenure
-		}
-	})
-	d := agentStep(agentIn{
-		Tenure: tenure, Running: true, Slot: g.Slot(), Granted: g.Granted(), Head: g.Head(),
-		Own: t, Applied: applied, Held: ok, SlotOwner: owner, SlotTenure: current,
-		Lead: unitsCeil(n.cfg.Lead, g.Layout().Unit),
-	})
-	if d.Revoke != nil {
-		n.revoke(g, d.Revoke)
-		return false
-	}
-	if d.Grant > g.Granted() {
-		n.lastGrant.Store(time.Now().UnixNano())
-		g.Grant(d.Grant)
-	}
-	if ok && t.Slot == g.Slot() {
-		n.window.Store(&heldWindow{slot: g.Slot(), granted: g.Granted()})
-	}
-	return true
-}
-
 // stopIfEnded runs after the replica applies an entry or a snapshot, before
 // Raft applies the next (fsm.afterApply): a generator whose tenure the
 // replica just ended (a Release, a Remove, a fence, another claim) stops
-// there and then, by the agent's own rule (followLog). The agent itself may
-// be blocked in a claim or a reserve for seconds, and past a fence the rest
-// of the window may be another cluster's: the simulator found IDs a holder
+// there and then, by the agent's own rule. The agent loop itself may be
+// blocked in a claim or a reserve for seconds, and past a fence the rest of
+// the window may be another cluster's: the simulator found IDs a holder
 // minted in that gap repeating a younger cluster's.
 func (n *Node) stopIfEnded() {
 	n.noteEnded()
-	if g := n.gen.Load(); g != nil {
-		n.followLog(g)
-	}
+	n.agent.step(agentEvent{Kind: agentApplied})
 }
 
 func (n *Node) revoke(g *generator.Generator, cause error) {
@@ -298,53 +355,6 @@ func (n *Node) revoke(g *generator.Generator, cause error) {
 	n.gen.CompareAndSwap(g, nil)
 	n.setReason("slot lost: " + cause.Error())
 	n.logger.Warn("stopped issuing", "slot", g.Slot(), "cause", cause)
-}
-
-// needsRoom: less than half the lead left between the issuing point and the
-// end of the granted window.
-func (n *Node) needsRoom(g *generator.Generator) bool {
-	return roomLow(g.Granted(), g.Head(), unitsCeil(n.cfg.Lead, g.Layout().Unit))
-}
-
-// reserve asks for the window up to the issuing point plus the lead. The
-// answer grants nothing by itself: the room is taken from the local replica
-// once it has applied the grant (followLog). A "not owner" stops nothing by
-// itself either: the generator stops when the local replica shows its
-// tenure's end. An unknown outcome counts as not granted.
-func (n *Node) reserve(g *generator.Generator) {
-	upTo := reserveUpTo(g.Head(), unitsCeil(n.cfg.Lead, g.Layout().Unit))
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	sent := n.clock.Now()
-	r, err := n.propose(ctx, command{Type: cmdReserve, NodeID: n.id, Slot: g.Slot(), Tenure: n.tenure.Load(), UpTo: upTo})
-	follow, grant := reserveAnswered(upTo, r, err)
-	if grant > g.Granted() {
-		g.Grant(grant) // never: an answer grants nothing by itself (reserveAnswered)
-	}
-	if follow {
-		n.followLog(g)
-	}
-	switch {
-	case err == nil:
-		switch {
-		case r.ClusterTime != 0:
-			n.skew.Store(int64(sent.Sub(time.Unix(0, r.ClusterTime))))
-		case r.LeaderTime != 0:
-			n.skew.Store(int64(sent.Sub(time.Unix(0, r.LeaderTime))))
-		}
-		if *n.reason.Load() != "" {
-			n.setReason("")
-		}
-	case errors.Is(err, ErrNotOwner):
-		// Only a hint: a deposed leader whose state lacks this tenure's
-		// claim says it too. The replica decides (followLog, above).
-		n.logger.Info("reserve refused as not the slot owner; this node's log decides", "slot", g.Slot(),
-			"tenure", n.tenure.Load(), "err", err)
-	case errors.Is(err, ErrClockSkew):
-		n.setReason(err.Error())
-	default:
-		n.logger.Debug("reserve", "slot", g.Slot(), "up_to", upTo, "err", err)
-	}
 }
 
 // heldWindow is a slot and the end of the window granted on it.

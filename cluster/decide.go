@@ -14,19 +14,70 @@ import (
 // the simulator in sim_test.go calls the same functions in a seeded world.
 // Nothing here reads a clock, a lock, Raft or the network.
 
-// agentIn is what the slot agent's decision reads.
+// The slot agent's rule (DESIGN.md, "A node mints only from its own log"):
+// one step function, driven by its shell. The node's agent loop (agent.go)
+// and the simulator call it alike and only carry out what it returns:
+// claims and reserves sent to the leader, generators started, granted more
+// room and revoked. slotAgent is what the rule remembers between steps.
+type slotAgent struct {
+	// tenure is the running generator's tenure, or the claim's awaited
+	// (answered, not yet applied here: awaitUntil is set); 0 for none.
+	tenure     uint64
+	awaitUntil time.Time
+	// fresh: a generator was just started; the next step reserves at once.
+	fresh bool
+	// nextClaim is when the next claim may go; lastReserve when the last
+	// reserve went.
+	nextClaim, lastReserve time.Time
+	// notOwned counts the reserves answered "not owner" in a row (each
+	// doubles the gap before the next one); skewed: the last reserve was
+	// refused for this node's clock (only an accepted reserve clears it).
+	notOwned int
+	skewed   bool
+}
+
+// agentEvent is what wakes the agent: a look (its loop's tick, an entry or
+// snapshot applied here, a generator waiting for room), an entry applied
+// (the replica's own step, which follows the log but sends nothing: the
+// loop looks next), an answer to its claim or reserve, or a start that
+// failed.
+type agentEvent struct {
+	Kind agentEventKind
+	// Tenure: a claim's answer names the claim's tenure; a reserve's answer
+	// the tenure the reserve was sent for. UpTo is what the reserve asked,
+	// Granted what its answer says was granted.
+	Tenure        uint64
+	UpTo, Granted int64
+	Err           error
+}
+
+type agentEventKind int
+
+const (
+	agentLook agentEventKind = iota
+	agentApplied
+	agentClaimAnswered
+	agentReserveAnswered
+	agentStartFailed
+)
+
+// agentIn is what the rule reads at a step: the node and its replica as the
+// shell sees them now.
 type agentIn struct {
-	// Tenure is the tenure the agent runs a generator for, or waits to see
-	// applied after a claim was answered; 0 when it has none.
-	Tenure uint64
-	// Running: a generator runs for Tenure. Slot, Granted and Head are its
-	// (Head: max of the clock's unit and its cursor).
+	Now time.Time
+	// Leaving: the node is on its way out (Leave); the agent does nothing.
+	// NeverClaim: the node is configured never to claim. Conflict: it met an
+	// older cluster and stops for good.
+	Leaving, NeverClaim, Conflict bool
+	// Running: a generator runs for the agent's tenure. Slot, Granted and
+	// Head are its (Head: max of the clock's unit and its cursor).
 	Running bool
 	Slot    int
 	Granted int64
 	Head    int64
-	// Own, Applied and Held are ownTenure(own replica, this node, Tenure);
-	// SlotOwner and SlotTenure are the replica's current holder of Slot.
+	// Own, Applied and Held are ownTenure(own replica, this node, tenure)
+	// for the agent's tenure (slotAgent.Tenure); SlotOwner and SlotTenure
+	// are the replica's current holder of Slot.
 	Own        Tenure
 	Applied    bool
 	Held       bool
@@ -41,11 +92,15 @@ type agentIn struct {
 	Lead int64
 }
 
-// agentOut is what the agent does. At most one of Start, Revoke, Claim and
-// Wait is set; Grant and Reserve go with a running generator.
+// agentOut is what the agent does: at most one of Claim, Start and Revoke;
+// Grant and Reserve go with a running generator.
 type agentOut struct {
-	// Start a generator for Tenure on Slot above Floor, granted up to Granted.
+	// Claim: ask the leader for a slot.
+	Claim bool
+	// Start a generator for Tenure on Slot above Floor, granted up to
+	// Granted; then step again (the first reserve goes at once).
 	Start          bool
+	Tenure         uint64
 	Slot           int
 	Floor, Granted int64
 	// Grant raises the running generator's granted to this (0: nothing new).
@@ -55,28 +110,77 @@ type agentOut struct {
 	// Reserve asks the leader for the window up to UpTo.
 	Reserve bool
 	UpTo    int64
-	// Claim: the agent holds nothing (or its awaited claim is not its hold):
-	// claim again. Err says why, when there is a reason.
-	Claim bool
-	Err   error
-	// Wait: the replica has not applied the claim yet; nothing to do.
-	Wait bool
+	// GaveUp: an answered claim was not seen held in the replica; why.
+	GaveUp error
 }
 
-// agentStep is the agent's decision for one pass (runAgent, claim, followLog,
-// needsRoom, reserve carry it out).
-func agentStep(in agentIn) agentOut {
-	if in.Tenure == 0 {
-		return agentOut{Claim: true}
-	}
-	if !in.Running {
+// Tenure is the tenure whose hold the next step's input describes.
+func (a *slotAgent) Tenure() uint64 { return a.tenure }
+
+// NotOwned is how many reserves in a row were answered "not owner".
+func (a *slotAgent) NotOwned() int { return a.notOwned }
+
+// step is the agent's rule for one event.
+func (a *slotAgent) step(ev agentEvent, in agentIn) agentOut {
+	switch ev.Kind {
+	case agentClaimAnswered:
 		switch {
-		case in.Held:
-			return agentOut{Start: true, Slot: in.Own.Slot, Floor: in.Own.Floor, Granted: in.Own.Granted}
-		case in.Applied:
-			return agentOut{Claim: true, Err: fmt.Errorf("%w (tenure %d)", errTenureNotHeld, in.Tenure)}
+		case ev.Err != nil:
+			a.nextClaim = in.Now.Add(claimRetryAfter(ev.Err))
+		case ev.Tenure == 0:
+			// Never a claim: a zero tenure would start a generator on slot 0
+			// from floor 0. (Every Claim answer names its tenure.)
+			a.nextClaim = in.Now.Add(claimRetry)
+			return agentOut{GaveUp: fmt.Errorf("%w: the leader's answer to the claim names no tenure", errTenureNotHeld)}
+		case !in.Running:
+			a.tenure, a.awaitUntil = ev.Tenure, in.Now.Add(applyTimeout)
 		}
-		return agentOut{Wait: true}
+		return agentOut{}
+	case agentReserveAnswered:
+		if ev.Tenure != a.tenure || !in.Running {
+			return agentOut{}
+		}
+		switch {
+		case ev.Err == nil:
+			a.notOwned, a.skewed = 0, false
+		case errors.Is(ev.Err, ErrNotOwner):
+			// Only a hint (a deposed leader whose state lacks the claim says
+			// it too): the replica decides. Asking again at once would ask
+			// the same leader the same thing: back off.
+			a.notOwned++
+		case errors.Is(ev.Err, ErrClockSkew):
+			a.skewed = true
+		}
+		// Any other error is an unknown outcome: the reserve may have been
+		// applied, but counted as not granted it costs nothing but room.
+		// And whatever the answer, it is worth no grant (neither UpTo nor
+		// its Granted): the room is taken from the replica once it has
+		// applied the grant, by the look that follows.
+		return agentOut{}
+	case agentStartFailed:
+		a.tenure, a.awaitUntil, a.fresh = 0, time.Time{}, false
+		a.nextClaim = in.Now.Add(claimRetry)
+		return agentOut{}
+	}
+	switch {
+	case in.Leaving:
+		return agentOut{}
+	case in.Conflict:
+		if in.Running {
+			a.tenure = 0
+			return agentOut{Revoke: ErrClusterConflict}
+		}
+		return agentOut{}
+	case !in.Running && !a.awaitUntil.IsZero():
+		return a.await(in)
+	case !in.Running:
+		// Nothing held (a generator stopped outside the rule is forgotten).
+		a.tenure, a.fresh = 0, false
+		if ev.Kind == agentApplied || in.NeverClaim || in.Now.Before(a.nextClaim) {
+			return agentOut{}
+		}
+		a.nextClaim = in.Now.Add(agentTick)
+		return agentOut{Claim: true}
 	}
 	var out agentOut
 	granted := in.Granted
@@ -88,31 +192,50 @@ func agentStep(in agentIn) agentOut {
 			out.Grant, granted = in.Own.Granted, in.Own.Granted
 		}
 	case in.Applied:
-		return agentOut{Revoke: fmt.Errorf("%w: slot %d is now held by %q under tenure %d, not tenure %d",
-			ErrNotOwner, in.Slot, in.SlotOwner, in.SlotTenure, in.Tenure)}
+		err := fmt.Errorf("%w: slot %d is now held by %q under tenure %d, not tenure %d",
+			ErrNotOwner, in.Slot, in.SlotOwner, in.SlotTenure, a.tenure)
+		a.tenure, a.fresh = 0, false
+		return agentOut{Revoke: err}
 	}
 	// (A replica older than the claim says nothing yet: keep running.)
-	if roomLow(granted, in.Head, in.Lead) {
+	if ev.Kind == agentApplied {
+		return out
+	}
+	since := in.Now.Sub(a.lastReserve)
+	if a.fresh || (roomLow(granted, in.Head, in.Lead) && since >= a.reserveGap()) || (a.skewed && since >= claimRetry) {
+		a.fresh, a.lastReserve = false, in.Now
 		out.Reserve, out.UpTo = true, reserveUpTo(in.Head, in.Lead)
 	}
 	return out
 }
 
-// reserveAnswered is what the agent takes from the answer (r, err) to its
-// reserve up to upTo: whether to read its replica again now (the answer says
-// something changed: a grant, or "not owner"), and the grant the answer
-// itself is worth, which is none. Both kinds of answer are hints (DESIGN.md,
-// "A node mints only from its own log"): a success is followed by the
-// replica once it has applied the grant, and a "not owner" by the replica
-// once it shows the tenure's end. Until then the generator runs on inside
-// the window its own log granted, which is safe: a later tenure of the slot
-// starts above every window granted before it. (The old agent stopped on
-// "not owner", and a deposed leader whose state lacked the claim could say
-// it of a valid tenure.) Any other error is an unknown outcome: the reserve
-// may have been applied, but counted as not granted it costs nothing but
-// room.
-func reserveAnswered(upTo int64, r result, err error) (follow bool, grant int64) {
-	return err == nil || errors.Is(err, ErrNotOwner), 0
+// await is a step while an answered claim is awaited in the replica.
+func (a *slotAgent) await(in agentIn) agentOut {
+	var why error
+	switch {
+	case in.Held:
+		a.awaitUntil, a.fresh, a.notOwned, a.skewed = time.Time{}, true, 0, false
+		return agentOut{Start: true, Tenure: a.tenure, Slot: in.Own.Slot, Floor: in.Own.Floor, Granted: in.Own.Granted}
+	case in.Applied:
+		why = fmt.Errorf("%w (tenure %d)", errTenureNotHeld, a.tenure)
+	case in.Now.After(a.awaitUntil):
+		why = fmt.Errorf("%w: the claim of tenure %d was not applied here within %v", errTenureNotHeld, a.tenure, applyTimeout)
+	default:
+		return agentOut{}
+	}
+	a.tenure, a.awaitUntil = 0, time.Time{}
+	a.nextClaim = in.Now.Add(claimRetry)
+	return agentOut{GaveUp: why}
+}
+
+// reserveGap is the least time between two reserves: minReserveGap,
+// doubled for each "not owner" in a row, up to maxReserveBackoff.
+func (a *slotAgent) reserveGap() time.Duration {
+	gap := minReserveGap
+	for i := 0; i < a.notOwned && gap < maxReserveBackoff; i++ {
+		gap *= 2
+	}
+	return min(gap, maxReserveBackoff)
 }
 
 // roomLow: less than half the lead is left between the issuing point and the

@@ -289,8 +289,8 @@ type Node struct {
 	shutdownOnce sync.Once
 	shutdownCh   chan struct{}
 	leaving      atomic.Bool
-	// following serializes followLog: the agent and stopIfEnded.
-	following sync.Mutex
+	// agent is the slot agent (agent.go).
+	agent agentShell
 	// doors counts what the Raft and gossip ports' bounds refused.
 	doors *door.Counts
 	wg    sync.WaitGroup
@@ -348,6 +348,7 @@ func Open(cfg Config) (*Node, error) {
 		peerLog:    door.NewRateLog(logger, peerLogEvery),
 		notReady:   door.NewRateLog(logger, peerLogEvery),
 	}
+	n.agent.n = n
 	n.fsm.afterApply = n.stopIfEnded
 	n.foreign.init()
 	if reason, err := stoppedBefore(cfg.DataDir); err != nil {
@@ -405,7 +406,7 @@ func Open(cfg Config) (*Node, error) {
 		go n.leaveRaftAsCopy()
 	}
 	n.goLoop(n.monitorLeadership)
-	n.goLoop(n.runAgent)
+	n.goLoop(n.agent.run)
 	n.goLoop(n.housekeeping)
 	if !n.rs.hadState {
 		n.goLoop(n.bootstrap)

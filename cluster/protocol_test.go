@@ -386,16 +386,20 @@ func TestNodeThatCannotClaimIsNotAVoter(t *testing.T) {
 func ptr[T any](v T) *T { return &v }
 
 // TestClaimAnswerWithoutATenureIsNoClaim: an answer that names no tenure
-// never starts a generator (a zero Tenure is slot 0 from floor 0).
+// never starts a generator (a zero Tenure is slot 0 from floor 0), even
+// when the replica shows a hold of slot 0 from floor 0.
 func TestClaimAnswerWithoutATenureIsNoClaim(t *testing.T) {
-	tc := newTestCluster(t)
-	tc.add("a", 1)
-	a := tc.start("a")
-	waitReady(t, a)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if tn, err := a.awaitTenure(ctx, 0); err == nil || !errors.Is(err, errTenureNotHeld) {
-		t.Fatalf("awaitTenure(0) = %+v, %v; want errTenureNotHeld", tn, err)
+	var a slotAgent
+	now := time.Now()
+	in := agentIn{Now: now, Own: Tenure{Slot: 0, Floor: 0}, Applied: true, Held: true}
+	if out := a.step(agentEvent{Kind: agentClaimAnswered, Tenure: 0}, in); out.Start || !errors.Is(out.GaveUp, errTenureNotHeld) {
+		t.Fatalf("a claim answered with tenure 0: %+v; want no start, given up with errTenureNotHeld", out)
+	}
+	for _, at := range []time.Time{now, now.Add(claimRetry)} {
+		in.Now = at
+		if out := a.step(agentEvent{Kind: agentLook}, in); out.Start {
+			t.Fatalf("a look at %v after a claim answered with tenure 0 started a generator: %+v", at.Sub(now), out)
+		}
 	}
 }
 

@@ -3,8 +3,8 @@ package cluster
 // A deterministic simulated world for the slot protocol (DESIGN.md, "The
 // simulator"). Every virtual node runs the shipped decision code: the
 // replicated state machine (fsm.Apply over encoded entries), the generator
-// (generator.Generator on a virtual clock), the agent's decisions (agentStep,
-// reserveAnswered), the leader's (handleCheck, leaderCheck, appliedResult,
+// (generator.Generator on a virtual clock), the agent's rule (slotAgent.step,
+// driven as the node drives it), the leader's (handleCheck, leaderCheck, appliedResult,
 // leaderAnswer, initCommand, establishNext), the way between them
 // (proposeRoute, forwardCheck, acceptAnswer) and cluster time (clockBook,
 // clusterTime), and Raft's snapshots (fsm.Snapshot, Persist, Restore). Raft,
@@ -250,14 +250,11 @@ type simNode struct {
 	withdrawn withdrawals
 
 	// agent side
-	believed    *simNode // the leader it forwards to (may be stale)
-	gen         *generator.Generator
-	tenure      uint64
-	awaiting    uint64 // a claim's tenure, answered, not yet seen applied
-	awaitUntil  time.Duration
-	nextClaim   time.Duration
-	lastReserve time.Duration
-	pending     *simReq
+	believed *simNode // the leader it forwards to (may be stale)
+	gen      *generator.Generator
+	tenure   uint64
+	rule     slotAgent // the agent's rule, as the node runs it
+	pending  *simReq
 
 	// the quiet phase's timers: when n last ran its agent, heard a
 	// heartbeat, had its replica caught up; when it became leader; since
@@ -563,8 +560,8 @@ func (n *simNode) stopIfEnded() {
 	if upTo, ended := endedUpTo(n.replica.state, n.id, n.minted); ended && !n.w.cfg.faults.keepEnded {
 		n.withdrawn.add(n.minted.slot, upTo)
 	}
-	if n.gen != nil && !n.w.cfg.faults.lateStop {
-		n.w.follow(n)
+	if !n.w.cfg.faults.lateStop {
+		n.w.agentStep(n, agentEvent{Kind: agentApplied})
 	}
 }
 
@@ -841,35 +838,27 @@ func (w *simWorld) deliver() bool {
 	return true
 }
 
-// answered carries out what the agent does with an answer to its claim or
-// reserve (agent.go's claim and reserve).
+// answered steps the agent's rule for an answer to its claim or reserve
+// (agent.go's agentShell.drive), or ends a leave's release.
 func (w *simWorld) answered(n *simNode, c command, r result, err error) {
 	switch c.Type {
 	case cmdClaim:
-		if err != nil {
-			n.nextClaim = w.now + claimRetryAfter(err)
+		if w.cfg.faults.trustAnswers && err == nil && n.gen == nil {
+			// (Planted: the generator starts from the answer, not the replica.)
+			n.rule.tenure = r.Tenure
+			w.carryOut(n, agentOut{Start: true, Tenure: r.Tenure, Slot: r.Slot, Floor: r.Floor, Granted: r.Granted})
+			w.drive(n, agentEvent{Kind: agentLook})
 			return
 		}
-		if w.cfg.faults.trustAnswers && n.gen == nil {
-			w.start(n, r.Tenure, r.Slot, r.Floor, r.Granted)
-			return
-		}
-		n.awaiting, n.awaitUntil = r.Tenure, w.now+applyTimeout
-		w.agent(n)
+		w.drive(n, agentEvent{Kind: agentClaimAnswered, Tenure: r.Tenure, Err: err})
 	case cmdReserve:
 		if n.gen == nil || c.Tenure != n.tenure {
 			return
 		}
-		follow, grant := reserveAnswered(c.UpTo, r, err)
-		if err == nil && w.cfg.faults.trustAnswers {
-			grant = r.Granted
+		if err == nil && w.cfg.faults.trustAnswers && r.Granted > n.gen.Granted() {
+			n.gen.Grant(r.Granted) // (planted: the answer grants)
 		}
-		if grant > n.gen.Granted() {
-			n.gen.Grant(grant)
-		}
-		if follow {
-			w.follow(n)
-		}
+		w.drive(n, agentEvent{Kind: agentReserveAnswered, Tenure: c.Tenure, UpTo: c.UpTo, Granted: r.Granted, Err: err})
 	case cmdRelease:
 		// Leave: a release refused as "not owner" needs none (the slot moved
 		// on); any other error ends the leave and the node serves on.
@@ -914,100 +903,115 @@ func (w *simWorld) leaveRaft(n *simNode) {
 	n.left = true
 }
 
-func (w *simWorld) start(n *simNode, tenure uint64, slot int, floor, granted int64) {
-	g, err := generator.New(simLayout, slot, floor, n.clock())
-	if err != nil {
-		w.logf("%s cannot start generator: %v", n.name(), err)
-		return
-	}
-	g.Grant(granted)
-	n.gen, n.tenure, n.awaiting = g, tenure, 0
-	n.minted = mintedTenure{slot: slot, tenure: tenure}
-	w.logf("%s starts slot %d tenure %d floor %d granted %d", n.name(), slot, tenure, floor, granted)
-	n.lastReserve = w.now
-	w.reserve(n, reserveUpTo(g.Head(), unitsCeil(simLead, simUnit)))
-}
-
-func (w *simWorld) reserve(n *simNode, upTo int64) {
-	c := command{Type: cmdReserve, NodeID: n.id, Slot: n.gen.Slot(), Tenure: n.tenure, UpTo: upTo}
-	later, r, err := w.propose(n, c)
-	if !later {
-		w.answered(n, c, r, err)
-	}
-}
-
-// follow runs agentStep for the running generator and carries it out
-// (agent.go's followLog).
-func (w *simWorld) follow(n *simNode) agentOut {
-	g := n.gen
+// agentInput is the rule's input for n now (agent.go's agentShell.input).
+func (w *simWorld) agentInput(n *simNode) agentIn {
+	in := agentIn{Now: w.base.Add(w.now), Leaving: n.leaving != 0, NeverClaim: n.stranger() && w.cfg.legacy, // (a node under another layout never claims)
+		Conflict: n.conflict, Running: n.gen != nil}
 	s := n.replica.state
-	t, applied, ok := ownTenure(s, n.id, n.tenure)
-	in := agentIn{Tenure: n.tenure, Running: true, Slot: g.Slot(), Granted: g.Granted(), Head: g.Head(),
-		Own: t, Applied: applied, Held: ok, Lead: unitsCeil(simLead, simUnit)}
-	if g.Slot() < len(s.Slots) {
-		in.SlotOwner, in.SlotTenure = s.Slots[g.Slot()].Owner, s.Slots[g.Slot()].Tenure
+	in.Own, in.Applied, in.Held = ownTenure(s, n.id, n.rule.Tenure())
+	if g := n.gen; g != nil {
+		in.Slot, in.Granted, in.Head, in.Lead = g.Slot(), g.Granted(), g.Head(), unitsCeil(simLead, simUnit)
+		if g.Slot() < len(s.Slots) {
+			in.SlotOwner, in.SlotTenure = s.Slots[g.Slot()].Owner, s.Slots[g.Slot()].Tenure
+		}
 	}
-	d := agentStep(in)
-	if d.Revoke != nil {
+	return in
+}
+
+// agentStep is agent.go's agentShell.step: the rule for ev (after an
+// answer, a look again), and what needs no leader carried out.
+func (w *simWorld) agentStep(n *simNode, ev agentEvent) agentOut {
+	out := n.rule.step(ev, w.agentInput(n))
+	if (ev.Kind == agentClaimAnswered || ev.Kind == agentReserveAnswered) && out.GaveUp == nil {
+		w.carryOut(n, out) // (an answer's worth: no grant)
+		out = n.rule.step(agentEvent{Kind: agentLook}, w.agentInput(n))
+	}
+	if !w.carryOut(n, out) {
+		n.rule.step(agentEvent{Kind: agentStartFailed}, w.agentInput(n))
+		return agentOut{}
+	}
+	if out.Start {
+		w.carryOut(n, n.rule.step(agentEvent{Kind: agentApplied}, w.agentInput(n)))
+	}
+	return out
+}
+
+// carryOut is agent.go's agentShell.carryOut; false when a start failed.
+func (w *simWorld) carryOut(n *simNode, out agentOut) bool {
+	switch {
+	case out.GaveUp != nil:
+		w.logf("%s gives up its claim: %v", n.name(), out.GaveUp)
+	case out.Revoke != nil:
+		g := n.gen
+		if g == nil {
+			return true
+		}
 		sl := n.cl.truth.state.Slots[g.Slot()] // (not holds: the checker reads the log itself)
-		if sl.Owner == n.id && sl.Tenure == n.tenure && !w.cfg.faults.adoptForwards {
+		if sl.Owner == n.id && sl.Tenure == n.tenure && !w.cfg.faults.adoptForwards && !errors.Is(out.Revoke, ErrClusterConflict) {
 			// Stopping is always safe, but only the replica may stop a
 			// generator, and a replica is a prefix of the log: a tenure
 			// current in the log is current in every replica. (With
 			// forwards adopted across clusters the replica may be another
 			// cluster's.)
 			w.fail("%s's generator of tenure %d on slot %d revoked while that tenure is its slot's current one in %s's log: %v",
-				n.name(), n.tenure, g.Slot(), n.cl.id, d.Revoke)
+				n.name(), n.tenure, g.Slot(), n.cl.id, out.Revoke)
 		}
-		g.Revoke(d.Revoke)
+		g.Revoke(out.Revoke)
 		n.gen, n.tenure = nil, 0
-		w.logf("%s revokes slot %d: %v", n.name(), g.Slot(), d.Revoke)
-		return d
+		w.logf("%s revokes slot %d: %v", n.name(), g.Slot(), out.Revoke)
+		return true
+	case out.Start:
+		g, err := generator.New(simLayout, out.Slot, out.Floor, n.clock())
+		if err != nil {
+			w.logf("%s cannot start generator: %v", n.name(), err)
+			return false
+		}
+		g.Grant(out.Granted)
+		n.gen, n.tenure = g, out.Tenure
+		n.minted = mintedTenure{slot: out.Slot, tenure: out.Tenure}
+		w.logf("%s starts slot %d tenure %d floor %d granted %d", n.name(), out.Slot, out.Tenure, out.Floor, out.Granted)
 	}
-	if d.Grant > g.Granted() {
-		g.Grant(d.Grant)
+	if n.gen != nil && out.Grant > n.gen.Granted() {
+		n.gen.Grant(out.Grant)
 	}
-	return d
+	return true
 }
 
-// agent is one pass of the slot agent (runAgent).
-func (w *simWorld) agent(n *simNode) {
-	if !n.awake() || n.cl == nil || n.conflict || n.pending != nil {
+// drive is agent.go's agentShell.drive: a claim or a reserve goes out as a
+// proposal; an answer that comes later is stepped when it arrives
+// (answered).
+func (w *simWorld) drive(n *simNode, ev agentEvent) {
+	out := w.agentStep(n, ev)
+	var c command
+	switch {
+	case out.Claim:
+		l := simLayout
+		c = command{Type: cmdClaim, Node: &NodeInfo{ID: n.id, Name: n.name(), Datacenter: n.dc,
+			GRPCAddr: grpcAddr(n.addr), RaftAddr: raftAddr(n.addr)}, Layout: &l}
+	case out.Reserve && n.gen != nil:
+		c = command{Type: cmdReserve, NodeID: n.id, Slot: n.gen.Slot(), Tenure: n.tenure, UpTo: out.UpTo}
+	case out.Start:
+		w.drive(n, agentEvent{Kind: agentLook}) // the first reserve goes at once
+		return
+	default:
 		return
 	}
-	switch {
-	case n.leaving == 2:
-		w.leaveRaft(n)
-	case n.leaving != 0:
-	case n.awaiting != 0:
-		t, applied, ok := ownTenure(n.replica.state, n.id, n.awaiting)
-		d := agentStep(agentIn{Tenure: n.awaiting, Own: t, Applied: applied, Held: ok})
-		switch {
-		case d.Start:
-			w.start(n, n.awaiting, d.Slot, d.Floor, d.Granted)
-		case d.Claim || w.now > n.awaitUntil:
-			w.logf("%s gives up tenure %d: %v", n.name(), n.awaiting, d.Err)
-			n.awaiting, n.nextClaim = 0, w.now+claimRetry
-		}
-	case n.gen == nil:
-		if w.now < n.nextClaim || n.stranger() && w.cfg.legacy {
-			return // (a node under another layout never claims)
-		}
-		l := simLayout
-		c := command{Type: cmdClaim, Node: &NodeInfo{ID: n.id, Name: n.name(), Datacenter: n.dc,
-			GRPCAddr: grpcAddr(n.addr), RaftAddr: raftAddr(n.addr)}, Layout: &l}
-		n.nextClaim = w.now + agentTick
-		later, r, err := w.propose(n, c)
-		if !later {
-			w.answered(n, c, r, err)
-		}
-	default:
-		d := w.follow(n)
-		if n.gen != nil && d.Reserve && w.now-n.lastReserve >= minReserveGap {
-			n.lastReserve = w.now
-			w.reserve(n, d.UpTo)
-		}
+	later, r, err := w.propose(n, c)
+	if !later {
+		w.answered(n, c, r, err)
 	}
+}
+
+// agent is one pass of the slot agent (agentShell.run's look).
+func (w *simWorld) agent(n *simNode) {
+	if !n.awake() || n.cl == nil || n.pending != nil {
+		return
+	}
+	if n.leaving == 2 {
+		w.leaveRaft(n)
+		return
+	}
+	w.drive(n, agentEvent{Kind: agentLook})
 }
 
 var simCanceled = func() context.Context {
@@ -1326,7 +1330,7 @@ func (w *simWorld) crash(n *simNode) {
 	if n.gen != nil {
 		n.gen.Revoke(errors.New("crashed"))
 	}
-	n.gen, n.tenure, n.awaiting, n.pending, n.ready, n.deposedUntil = nil, 0, 0, nil, false, 0
+	n.gen, n.tenure, n.rule, n.pending, n.ready, n.deposedUntil = nil, 0, slotAgent{}, nil, false, 0
 	n.buf, n.leaving, n.initAt, n.pausedUntil = nil, 0, 0, 0
 	n.minted, n.withdrawn = mintedTenure{}, withdrawals{}
 	n.downAt = w.now
@@ -1342,7 +1346,7 @@ func (w *simWorld) crash(n *simNode) {
 // leader's commit index reaches it (replication).
 func (w *simWorld) restart(n *simNode) {
 	n.up, n.left = true, false
-	n.believed, n.nextClaim = nil, 0
+	n.believed = nil
 	if n.snap != nil {
 		w.restore(n, n.snap, n.snapAt)
 	} else {
@@ -1449,7 +1453,7 @@ func (w *simWorld) wipe(n *simNode) {
 	n.replica, n.applied, n.cl, n.conflict = newFSM(), 0, nil, false
 	n.snap, n.snapAt = nil, 0
 	n.up = true
-	n.believed, n.nextClaim = nil, 0
+	n.believed, n.rule = nil, slotAgent{}
 	w.logf("%s is wiped", n.name())
 	doomed := w.cfg.doomed && old == w.cls[0]
 	if doomed && w.replacement == nil {
@@ -2083,8 +2087,8 @@ func (w *simWorld) nodeLiveProblem(n *simNode) string {
 			return fmt.Sprintf("%s holds no slot while slot %d is free", n.name(), free)
 		}
 	case g == nil || n.tenure != s.Slots[i].Tenure:
-		return fmt.Sprintf("%s holds slot %d under tenure %d in its cluster's log but runs no generator for it (generator tenure %d, awaiting %d)",
-			n.name(), i, s.Slots[i].Tenure, n.tenure, n.awaiting)
+		return fmt.Sprintf("%s holds slot %d under tenure %d in its cluster's log but runs no generator for it (generator tenure %d, the agent's %d)",
+			n.name(), i, s.Slots[i].Tenure, n.tenure, n.rule.Tenure())
 	case g.Cursor() < g.Granted():
 	case s.Slots[i].HighWater > simLayout.Units(w.base.Add(w.now+simMaxAhead)):
 		// The log granted past real time + max-ahead while a quorum of
