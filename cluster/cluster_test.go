@@ -398,3 +398,27 @@ func TestForwardToADeadLeaderEndsWhenRaftMovesOn(t *testing.T) {
 	// And the follower issues again under the next leader.
 	waitReady(t, follower)
 }
+
+// TestEffectiveMaxAhead: the max-ahead Open applies is the one the method
+// says (idgend reports it as a metric), for every combination of zeros.
+func TestEffectiveMaxAhead(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want time.Duration
+	}{
+		{Config{}, DefaultLead + DefaultMaxSkew},
+		{Config{Lead: 3 * time.Second}, 3*time.Second + DefaultMaxSkew},
+		{Config{MaxSkew: time.Second}, DefaultLead + time.Second},
+		{Config{Lead: 3 * time.Second, MaxSkew: time.Second}, 4 * time.Second},
+		{Config{Lead: 3 * time.Second, MaxSkew: time.Second, MaxAhead: time.Minute}, time.Minute},
+	} {
+		if got := c.cfg.EffectiveMaxAhead(); got != c.want {
+			t.Errorf("lead %v, max-skew %v, max-ahead %v: EffectiveMaxAhead %v, want %v", c.cfg.Lead, c.cfg.MaxSkew, c.cfg.MaxAhead, got, c.want)
+		}
+		applied := c.cfg
+		applied.applyDefaults()
+		if applied.MaxAhead != c.want {
+			t.Errorf("lead %v, max-skew %v, max-ahead %v: applyDefaults set MaxAhead %v, want %v", c.cfg.Lead, c.cfg.MaxSkew, c.cfg.MaxAhead, applied.MaxAhead, c.want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -128,6 +129,16 @@ const (
 	maxVoters = 5
 )
 
+// EffectiveMaxAhead is the max-ahead a node opened with c runs with:
+// MaxAhead, or when that is 0 the lead plus max-skew (each at its default
+// when 0). Open applies it; idgend reports it as idgen_max_ahead_seconds.
+func (c Config) EffectiveMaxAhead() time.Duration {
+	if c.MaxAhead != 0 {
+		return c.MaxAhead
+	}
+	return cmp.Or(c.Lead, DefaultLead) + cmp.Or(c.MaxSkew, DefaultMaxSkew)
+}
+
 func (c *Config) applyDefaults() {
 	if c.Lead == 0 {
 		c.Lead = DefaultLead
@@ -135,9 +146,7 @@ func (c *Config) applyDefaults() {
 	if c.MaxSkew == 0 {
 		c.MaxSkew = DefaultMaxSkew
 	}
-	if c.MaxAhead == 0 {
-		c.MaxAhead = c.Lead + c.MaxSkew
-	}
+	c.MaxAhead = c.EffectiveMaxAhead()
 	if c.ReapAfter == 0 {
 		c.ReapAfter = DefaultReapAfter
 	}

@@ -129,10 +129,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 
 	// Before the node opens, so Raft's first metrics are not lost.
-	maxAhead := cfg.MaxAhead
-	if maxAhead == 0 {
-		maxAhead = cfg.Lead + cfg.MaxSkew // cluster.Config's default
-	}
+	maxAhead := cluster.Config{Lead: cfg.Lead, MaxAhead: cfg.MaxAhead, MaxSkew: cfg.MaxSkew}.EffectiveMaxAhead()
 	reg, err := newRegistry(cfg.MaxSkew, maxAhead)
 	if err != nil {
 		return err
