@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/idgen/idgen/generator"
@@ -36,8 +37,14 @@ var (
 	ErrQuorum = errors.New("removal would break quorum")
 	// ErrBadCommand: a command is malformed (missing or oversized fields).
 	ErrBadCommand = errors.New("malformed cluster command")
-	// ErrLeaderNotReady: a new leader has not caught up with the log yet.
+	// ErrLeaderNotReady: a new leader has not passed its post-election
+	// Barrier yet, so its state may lack entries an earlier leader committed.
+	// The command is retried (ErrLeaderClockOff is one too).
 	ErrLeaderNotReady = errors.New("raft leader is still catching up")
+	// ErrLeaderClockOff: this leader's clock is more than max-skew off the
+	// cluster's time, so it grants nothing and hands leadership off. It is
+	// an ErrLeaderNotReady (errors.Is), which every caller retries as before.
+	ErrLeaderClockOff = fmt.Errorf("%w: this leader's clock is off the cluster's time", ErrLeaderNotReady)
 	// ErrClusterConflict: this node met members of another, older cluster.
 	ErrClusterConflict = errors.New("cluster conflict")
 	// ErrWrongCluster: a forwarded command or its answer belongs to another

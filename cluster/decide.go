@@ -289,8 +289,8 @@ func leaderCheck(s *state, c command, in leaderIn) leaderOut {
 	}
 	if c.Type == cmdClaim || c.Type == cmdReserve {
 		if off := in.Now.Sub(ct); known && (off > in.MaxSkew || off < -in.MaxSkew) {
-			return leaderOut{Handoff: true, Err: fmt.Errorf("%w: this leader's clock is %v off the cluster's time (the quorum-th latest of the voters' clocks, max skew %v); "+
-				"it grants nothing and hands off leadership", ErrLeaderNotReady, off.Round(time.Millisecond), in.MaxSkew)}
+			return leaderOut{Handoff: true, Err: fmt.Errorf("%w by %v (the quorum-th latest of the voters' clocks, max skew %v); "+
+				"it grants nothing and hands off leadership", ErrLeaderClockOff, off.Round(time.Millisecond), in.MaxSkew)}
 		}
 		// Until a quorum of voters' clocks is known there is nothing to judge
 		// the sender's clock by but this leader's own, which may be the wrong

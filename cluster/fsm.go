@@ -15,8 +15,12 @@ import (
 	"github.com/idgen/idgen/generator"
 )
 
-// errNotInitialized: a Claim arrived before the Init entry.
-var errNotInitialized = errors.New("cluster state not initialized yet")
+// ErrNotInitialized: a Claim (or a leader's Fence) came before the log's
+// Init entry, so the cluster has no slots yet. Its founding leader writes
+// Init once a quorum of the founding voters' clocks is known, retrying until
+// it does (establish), so the claim is retried: it crosses gRPC as
+// Unavailable.
+var ErrNotInitialized = errors.New("cluster state not initialized yet")
 
 // slotState is one slot of the replicated state.
 type slotState struct {
@@ -157,7 +161,7 @@ func (s *state) admit(c command) error {
 	if s.Layout == nil {
 		switch c.Type {
 		case cmdClaim, cmdFence:
-			return errNotInitialized // there are no slots yet
+			return ErrNotInitialized // there are no slots yet
 		}
 		return nil // nothing is held yet: apply refuses it as not owner or unknown
 	}
@@ -259,7 +263,7 @@ func (s *state) applyInit(c command) interface{} {
 // when no slot is free.
 func (s *state) applyClaim(c command, index uint64) interface{} {
 	if s.Layout == nil {
-		return errNotInitialized
+		return ErrNotInitialized
 	}
 	if c.Layout != nil && *c.Layout != *s.Layout {
 		return layoutMismatch(*s.Layout, *c.Layout, "node "+c.Node.Name+" claims a slot in a cluster")

@@ -35,7 +35,10 @@ var errTable = []errMapping{
 	{cluster.ErrNotReady, codes.Unavailable, "NOT_READY"},
 	{cluster.ErrNoLeader, codes.Unavailable, "NO_LEADER"},
 	{cluster.ErrNotLeader, codes.Unavailable, "NOT_LEADER"},
+	// Before ErrLeaderNotReady, which it wraps.
+	{cluster.ErrLeaderClockOff, codes.Unavailable, "LEADER_CLOCK_OFF"},
 	{cluster.ErrLeaderNotReady, codes.Unavailable, "LEADER_NOT_READY"},
+	{cluster.ErrNotInitialized, codes.Unavailable, "NOT_INITIALIZED"},
 	{cluster.ErrClusterConflict, codes.Unavailable, "CLUSTER_CONFLICT"},
 	{cluster.ErrShutdown, codes.Unavailable, "SHUTDOWN"},
 	{cluster.ErrClockSkew, codes.Unavailable, "CLOCK_SKEW"},
