@@ -17,9 +17,16 @@ var (
 	ErrClusterFull = errors.New("cluster full: all slots are owned")
 	// ErrLayoutMismatch: the node's configured layout differs from the cluster's.
 	ErrLayoutMismatch = errors.New("layout mismatch")
-	// ErrClockSkew: the node's clock differs from the leader's by more than max skew.
+	// ErrClockSkew: the node's clock differs from the cluster's time (the
+	// quorum-th latest of the voters' clocks, not the leader's clock) by
+	// more than max skew, so the leader refuses its Claim or Reserve.
 	ErrClockSkew = errors.New("clock skew too large")
-	// ErrNotOwner: a Reserve for a slot the node does not own (it was fenced).
+	// ErrNotOwner: the node does not hold the slot under the tenure a
+	// Reserve or Release names (the tenure ended: a Release, Remove, fence
+	// or later claim). From a leader it is only a hint (a deposed leader
+	// whose state lacks the claim says it too): the node's own replica
+	// decides when its generator stops (DESIGN.md, "A node mints only from
+	// its own log").
 	ErrNotOwner = errors.New("not the slot owner")
 	// ErrUnknownNode: no such node in the cluster state.
 	ErrUnknownNode = errors.New("unknown node")

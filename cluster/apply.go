@@ -171,10 +171,10 @@ func (n *Node) handle(ctx context.Context, c command) (result, error) {
 	return n.leaderApply(ctx, c)
 }
 
-// leaderApply is the leader-side guard in front of the log (DESIGN.md
-// section 3): it gathers the inputs of leaderCheck (decide.go: the skew
-// refusals, and the clamp of a reservation to the cluster's time plus
-// max-ahead) and carries out its decision. The cluster's time is the
+// leaderApply is the leader-side guard in front of the log (DESIGN.md,
+// "The safety argument, in our words"): it gathers the inputs of
+// leaderCheck (decide.go: the skew refusals, and the clamp of a reserve's
+// UpTo to the cluster's time plus max-ahead) and carries out its decision. The cluster's time is the
 // quorum-th latest of this leader's clock and the voters' latest reports
 // (clustertime.go); a leader whose own clock is off it by more than max-skew
 // grants nothing and hands off. Apply itself never reads a clock.

@@ -84,13 +84,14 @@ type command struct {
 	// leader refuses a forward that names another cluster, and Apply an entry
 	// that does (an empty one is an entry written before commands carried it).
 	ClusterID string `json:"cluster_id,omitempty"`
-	// Created (the bootstrapping leader's clock, Unix ns) and Start (every
-	// slot's first highWater, in layout units) are set by Init only.
+	// Created (the founding voters' time, Unix ns) and Start (every slot's
+	// first highWater, in layout units) are set by Init only.
 	Created int64 `json:"created,omitempty"`
 	Start   int64 `json:"start,omitempty"`
 
 	// SentAt is the sender's clock (Unix nanoseconds) when it made the request.
-	// The leader checks it against its own clock before proposing; Apply ignores it.
+	// The leader checks it against the cluster's time before proposing and
+	// counts it in that time (a member's Claim or Reserve); Apply ignores it.
 	SentAt int64 `json:"sent_at,omitempty"`
 	// Protocol is the protocol version a forwarded command is written in
 	// (protocol.go; 0, from a release before version 2, means 1). The

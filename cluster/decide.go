@@ -269,11 +269,11 @@ type leaderOut struct {
 	Err     error
 }
 
-// leaderCheck is the leader-side guard in front of the log (DESIGN.md
-// section 3 and "One wrong clock cannot lend an hour"): the layout checks
-// Apply makes, membership for a Claim, the skew refusals, and the clamp of a
-// Reserve to the cluster's time plus max-ahead. s is the leader's state (past
-// its Barrier); it is only read.
+// leaderCheck is the leader-side guard in front of the log (DESIGN.md, "The
+// safety argument, in our words" and "One wrong clock cannot lend an hour"):
+// the layout checks Apply makes, membership for a Claim, the skew refusals,
+// and the clamp of a Reserve's UpTo to the cluster's time plus max-ahead. s
+// is the leader's state (past its Barrier); it is only read.
 func leaderCheck(s *state, c command, in leaderIn) leaderOut {
 	if err := s.admit(c); err != nil {
 		return leaderOut{Err: err}
@@ -505,10 +505,11 @@ func leaderAnswer(d leaderOut, applied result) result {
 }
 
 // initCommand is the Init entry a new cluster's first leader writes
-// (establish): the cluster's identity id and layout, its creation time (this
-// leader's clock now), and every slot's first highWater at now plus
-// max-ahead, above anything an earlier life of any node could have stamped
-// (it could borrow at most max-ahead past its own leader's clock).
+// (establish): the cluster's identity id and layout, its creation time (now:
+// the founding voters' time, not this leader's clock), and every slot's
+// first highWater at now plus max-ahead, above anything an earlier life of
+// any node could have stamped (it could borrow at most max-ahead past its
+// own cluster's time).
 func initCommand(l generator.Layout, id string, now time.Time, maxAhead time.Duration) command {
 	return command{
 		Type: cmdInit, Layout: &l, ClusterID: id, Created: now.UnixNano(),

@@ -78,8 +78,10 @@ func (s *state) clone() *state {
 type fsm struct {
 	mu    sync.RWMutex
 	state *state
-	// changed receives a signal (never blocking) after every applied entry, so
-	// the slot agent notices at once when its slot is taken away.
+	// changed receives a signal (never blocking) after every applied entry,
+	// waking the slot agent for its next pass. The agent may be blocked in
+	// a reserve (2 s) or a claim (5 s) meanwhile; a generator whose tenure
+	// the entry ended is stopped by afterApply, not by the agent.
 	changed chan struct{}
 	// afterApply, if set, runs after every applied entry and restored
 	// snapshot, outside the lock and before Raft applies the next entry:
@@ -239,8 +241,9 @@ func (s *state) applyFence(c command, index uint64) interface{} {
 }
 
 // applyInit starts a new cluster. Every slot's highWater starts at Start, the
-// bootstrapping leader's clock plus max-ahead, so the new cluster never stamps
-// a second that an earlier life of any of its nodes could have borrowed.
+// founding voters' time (the quorum-th latest of their clocks) plus
+// max-ahead, so the new cluster never stamps a second that an earlier life
+// of any of its nodes could have borrowed.
 func (s *state) applyInit(c command) interface{} {
 	if s.Layout != nil {
 		if *s.Layout != *c.Layout {

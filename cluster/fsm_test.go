@@ -186,7 +186,7 @@ func TestRefusedClaimStoresNothing(t *testing.T) {
 }
 
 // TestInitStartsEverySlotAtStart: a new cluster's slots begin at the
-// bootstrapping leader's clock plus max-ahead, so no earlier life overlaps.
+// founding voters' time plus max-ahead, so no earlier life overlaps.
 func TestInitStartsEverySlotAtStart(t *testing.T) {
 	f := newFSM()
 	c := initCmd()

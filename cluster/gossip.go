@@ -27,7 +27,8 @@ type meta struct {
 	Member bool `json:"m"`
 	// Expect is the node's --bootstrap-expect.
 	Expect int `json:"e"`
-	// SkewMS is the node's clock minus the leader's, as last measured.
+	// SkewMS is the node's clock minus the cluster's time, as its last
+	// accepted reserve answer gave it (Node.skew).
 	SkewMS int64 `json:"s"`
 	// Leaving is set before a graceful leave, so others can tell left from dead.
 	Leaving bool `json:"l,omitempty"`

@@ -15,8 +15,8 @@ import (
 // from the first moment.
 const clusterFile = "cluster.json"
 
-// identity is a cluster's identity: a random ID and the bootstrapping
-// leader's clock when the cluster was made.
+// identity is a cluster's identity: a random ID and the founding voters'
+// time when the cluster was made (Init's Created).
 type identity struct {
 	ID      string `json:"id"`
 	Created int64  `json:"created"` // Unix ns

@@ -53,9 +53,15 @@ type Config struct {
 
 	// Lead is how far ahead of its issuing point a node keeps its window.
 	Lead time.Duration
-	// MaxAhead caps every reservation at the leader's clock plus this.
+	// MaxAhead bounds every grant: the leader clamps a reserve's UpTo to
+	// the cluster's time (the quorum-th latest of the voters' clocks, not
+	// its own clock) plus this, and Init starts every slot at the founding
+	// voters' time plus this. 0: EffectiveMaxAhead's lead plus max-skew.
 	MaxAhead time.Duration
-	// MaxSkew is how far a node's clock may be from the leader's.
+	// MaxSkew is how far a node's clock may be from the cluster's time
+	// before the leader refuses its claims and reserves (ErrClockSkew); a
+	// leader whose own clock is further off grants nothing and hands off
+	// leadership (ErrLeaderClockOff).
 	MaxSkew time.Duration
 	// ReapAfter is how long a member may be dead before its slot is freed.
 	ReapAfter time.Duration
@@ -258,7 +264,7 @@ type Node struct {
 	minted      atomic.Pointer[mintedTenure]
 	withdrawn   withdrawals
 	leaderReady atomic.Bool  // this node leads and has passed its Barrier
-	lastGrant   atomic.Int64 // when a reserve last extended the window, Unix ns
+	lastGrant   atomic.Int64 // when followLog last raised the window to a grant its replica applied, Unix ns
 	// window is the last window a generator of this node held, for gossip
 	// and Status.
 	window atomic.Pointer[heldWindow]
@@ -276,7 +282,7 @@ type Node struct {
 	conflict   atomic.Pointer[string]   // set for good once an older cluster is met
 	conflicts  sync.Map                 // other clusters met: ID -> identity
 	reason     atomic.Pointer[string]
-	skew       atomic.Int64 // this node's clock minus the leader's, ns
+	skew       atomic.Int64 // this node's clock minus the cluster's time (else the leader's clock) in its last accepted reserve answer, ns
 	leaderSeen atomic.Int64 // when a leader was last known, Unix ns
 
 	leaderState leaderState
@@ -592,8 +598,9 @@ func (n *Node) Ready() (bool, string) {
 	// A window used up while the leader keeps extending it is a node at the
 	// layout's rate (a burst, or a new cluster's first seconds): room comes
 	// within a unit and callers wait for it. A node whose window has not grown
-	// for grantGrace (no leader, or a leader whose clock is behind the window)
-	// is taken out of its clients' balancers.
+	// for grantGrace (no leader, or a cluster's time too far behind the window
+	// for the leader's clamp to grant more) is taken out of its clients'
+	// balancers.
 	if g.Granted() <= g.Head() && time.Since(time.Unix(0, n.lastGrant.Load())) > grantGrace {
 		waiting := "waiting for the leader to grant more"
 		if n.rs.raft.State() == raft.Leader {

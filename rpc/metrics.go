@@ -92,7 +92,7 @@ func newStatusCollector(b Backend) *statusCollector {
 		idsIssuedTotal: d("node_ids_minted_total", "IDs minted by this node's generator since start, as the node reports."),
 		conflict:       d("cluster_conflict", "Other clusters (by cluster ID) this node met through gossip; above 0 two clusters share a network and a name."),
 		stopped:        d("stopped", "1 once the node stopped issuing for good: it met an older cluster, or a copy of its data dir outranks it (the reason is its not-ready reason)."),
-		clockSkew:      d("clock_skew_seconds", "This node's clock minus the leader's, as the node last measured it."),
+		clockSkew:      d("clock_skew_seconds", "This node's clock minus the cluster's time, as its last answer gave it."),
 		slotsFree:      d("cluster_slots_free", "Slots no member holds, in this node's view of the cluster."),
 		standbys:       d("cluster_standbys", "Live members that hold no slot and wait for one, in this node's view."),
 	}

@@ -34,7 +34,7 @@ func newRegistry(maxSkew, maxAhead time.Duration) (*prometheus.Registry, error) 
 	buildInfo.Set(1)
 	skewLimit := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "idgen_clock_skew_limit_seconds",
-		Help: "--max-skew: a node whose clock is further from the leader's is refused a window.",
+		Help: "--max-skew: a node whose clock is further from the cluster's time is refused a window.",
 	})
 	skewLimit.Set(maxSkew.Seconds())
 	aheadLimit := prometheus.NewGauge(prometheus.GaugeOpts{

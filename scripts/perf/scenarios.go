@@ -195,7 +195,7 @@ func (b *bench) three() error {
 		return err
 	}
 	b.add("3 fresh nodes, start to every node's first ID", ms(d), "bare gRPC server start "+ms(b.bareStart), "goal 3000 ms")
-	// A new cluster's slots start at the leader's clock plus max-ahead
+	// A new cluster's slots start at the founders' time plus max-ahead
 	// (15 s), so for its first 15 s each node issues exactly at the cap,
 	// with no room for a burst; the Pool runs once that is over.
 	idleCPU, idleRSS := usage(nodes, max(16*time.Second-d, 2*time.Second))

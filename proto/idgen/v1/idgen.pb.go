@@ -200,9 +200,9 @@ type Member struct {
 	RaftRole string `protobuf:"bytes,8,opt,name=raft_role,json=raftRole,proto3" json:"raft_role,omitempty"`
 	// Gossip state: alive, suspect, dead, left.
 	GossipState string `protobuf:"bytes,9,opt,name=gossip_state,json=gossipState,proto3" json:"gossip_state,omitempty"`
-	// How far the slot's granted high-water mark is ahead of the leader's clock, in milliseconds.
+	// How far the slot's granted high-water mark is ahead of the answering node's clock, in milliseconds.
 	GrantedLeadMs int64 `protobuf:"varint,10,opt,name=granted_lead_ms,json=grantedLeadMs,proto3" json:"granted_lead_ms,omitempty"`
-	// The member's clock minus the leader's as last reported, in milliseconds.
+	// The member's clock minus the cluster's time as last reported, in milliseconds.
 	ClockSkewMs int64 `protobuf:"varint,11,opt,name=clock_skew_ms,json=clockSkewMs,proto3" json:"clock_skew_ms,omitempty"`
 	// The member's build and protocol versions as its gossip metadata says
 	// (protocol 2 on): module version, short VCS revision, and the range of
