@@ -14,7 +14,7 @@ import (
 const (
 	// agentTick is how often the agent checks its room without a signal.
 	agentTick = 100 * time.Millisecond
-	// minReserveGap keeps reservations to a few per second per node, even
+	// minReserveGap keeps reserve requests to a few per second per node, even
 	// under saturating load.
 	minReserveGap = 200 * time.Millisecond
 	// claimRetry is how often a standby or refused node tries to claim again

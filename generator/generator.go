@@ -9,7 +9,7 @@ import (
 
 // MaxBatch is the largest batch NextBatch and Fill accept. With the default
 // layout it is just under 5 seconds of one slot's sequence space (10000/2048),
-// well inside the default 10 s lead the cluster agent reserves, so a full-size
+// well inside the default 10 s lead the cluster agent asks for, so a full-size
 // batch always fits a window that is being kept topped up.
 const MaxBatch = 10000
 
@@ -135,7 +135,7 @@ func (g *Generator) Cursor() int64 {
 func (g *Generator) cursorLocked() int64 { return int64((g.pos - 1) >> g.seqBits) }
 
 // Head returns max(wall clock's timestamp, Cursor()): where issuing stands now.
-// The cluster agent reserves ahead of it.
+// The cluster agent's reserves ask for the window up to it plus the lead.
 func (g *Generator) Head() int64 {
 	now := g.units(g.clock.Now())
 	return max(now, g.Cursor())
@@ -149,7 +149,7 @@ func (g *Generator) Issued() uint64 {
 }
 
 // Waiting receives a value (sent without blocking, buffered 1) whenever a
-// caller has to wait for a grant, so the cluster agent can reserve at once.
+// caller has to wait for a grant, so the cluster agent can send a reserve at once.
 func (g *Generator) Waiting() <-chan struct{} { return g.waiting }
 
 func (g *Generator) units(t time.Time) int64 { return floorDiv(t.Sub(g.epoch), g.unit) }
