@@ -19,8 +19,9 @@ const (
 	minReserveGap = 200 * time.Millisecond
 	// claimRetry is how often a standby or refused node tries to claim again
 	// without a state change. A claim that found no leader (or one not ready
-	// yet) failed without costing the leader anything and is retried every
-	// agentTick, so a node claims within a tick of its cluster's first leader.
+	// yet, or a cluster not founded yet) failed without costing the leader
+	// anything and is retried every agentTick, so a node claims within a tick
+	// of its cluster's first leader and of its Init.
 	claimRetry = time.Second
 	// maxReserveBackoff caps the gap between reserves that a run of "not
 	// owner" answers doubles from minReserveGap: a false one (a deposed
@@ -30,7 +31,8 @@ const (
 
 // claimRetryAfter is the wait before the next claim after one that failed with err.
 func claimRetryAfter(err error) time.Duration {
-	if errors.Is(err, ErrNoLeader) || errors.Is(err, ErrNotLeader) || errors.Is(err, ErrLeaderNotReady) || errors.Is(err, errNoInitYet) {
+	if errors.Is(err, ErrNoLeader) || errors.Is(err, ErrNotLeader) || errors.Is(err, ErrLeaderNotReady) || errors.Is(err, errNoInitYet) ||
+		errors.Is(err, ErrNotInitialized) {
 		return agentTick
 	}
 	return claimRetry

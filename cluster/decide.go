@@ -463,7 +463,7 @@ func handleCheck(s *state, c command, ready bool) (handling, error) {
 	case cmdRemove:
 		return handleRemove, nil
 	}
-	return 0, fmt.Errorf("command %s cannot be forwarded", c.Type)
+	return 0, fmt.Errorf("%w: command %s cannot be forwarded", ErrBadCommand, c.Type)
 }
 
 // reportsClock: the leader counts a command's clock (SentAt) in the
