@@ -62,7 +62,7 @@ func (a *agentShell) run() {
 	for {
 		// Persisted as soon as the state has it: a node that restarts before
 		// it was written would gossip no cluster and not be added back.
-		n.trackIdentity()
+		n.ident.trackIdentity()
 		a.drive(agentEvent{Kind: agentLook})
 		var waiting <-chan struct{}
 		if g := n.gen.Load(); g != nil {
@@ -128,11 +128,11 @@ func (a *agentShell) carryOut(out agentOut) error {
 	g := n.gen.Load()
 	switch {
 	case out.GaveUp != nil:
-		n.setReason("no slot yet: " + out.GaveUp.Error())
+		n.reason.set("no slot yet: " + out.GaveUp.Error())
 		n.logger.Warn("claim answered but not found in the local log", "err", out.GaveUp)
 	case out.Revoke != nil:
 		if g != nil {
-			n.revoke(g, out.Revoke)
+			n.agent.revoke(g, out.Revoke)
 		}
 		return nil
 	case out.Start:
@@ -185,11 +185,11 @@ func (a *agentShell) input() agentIn {
 // log refuses it if the cluster's differs.
 func (a *agentShell) sendClaim() (uint64, error) {
 	n := a.n
-	want, known := n.stateLayout()
+	want, known := n.log.stateLayout()
 	if l := n.cfg.Layout; l != (generator.Layout{}) {
 		if known && want != l {
 			err := layoutMismatch(want, l, "its cluster is one")
-			n.setReason(err.Error())
+			n.reason.set(err.Error())
 			return 0, err
 		}
 		want, known = l, true
@@ -204,9 +204,9 @@ func (a *agentShell) sendClaim() (uint64, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
 	defer cancel()
-	r, err := n.propose(ctx, command{Type: cmdClaim, Node: &info, Layout: claimed})
+	r, err := n.proposer.propose(ctx, command{Type: cmdClaim, Node: &info, Layout: claimed})
 	if err != nil {
-		n.setReason(n.claimFailure(err))
+		n.reason.set(n.agent.claimFailure(err))
 		n.logger.Debug("claim", "err", err)
 		return 0, err
 	}
@@ -221,16 +221,16 @@ func (a *agentShell) sendClaim() (uint64, error) {
 func (a *agentShell) start(out agentOut) (*generator.Generator, error) {
 	n := a.n
 	// The replica applied the claim, so it has the Init before it.
-	layout, ok := n.stateLayout()
+	layout, ok := n.log.stateLayout()
 	if !ok || (a.claimed != nil && layout != *a.claimed) {
 		err := fmt.Errorf("%w: the local log records layout %s for a claim of layout %v", ErrLayoutMismatch, layout, a.claimed)
-		n.setReason("cannot start generator: " + err.Error())
+		n.reason.set("cannot start generator: " + err.Error())
 		n.logger.Error("start generator", "slot", out.Slot, "err", err)
 		return nil, err
 	}
 	g, err := generator.New(layout, out.Slot, out.Floor, n.clock)
 	if err != nil {
-		n.setReason("cannot start generator: " + err.Error())
+		n.reason.set("cannot start generator: " + err.Error())
 		n.logger.Error("start generator", "slot", out.Slot, "floor", out.Floor, "err", err)
 		return nil, err
 	}
@@ -238,7 +238,7 @@ func (a *agentShell) start(out agentOut) (*generator.Generator, error) {
 	n.window.Store(&heldWindow{slot: g.Slot(), granted: g.Granted()})
 	n.tenure.Store(out.Tenure)
 	n.minted.Store(&mintedTenure{slot: out.Slot, tenure: out.Tenure})
-	n.setReason("")
+	n.reason.set("")
 	n.gen.Store(g)
 	n.logger.Info("claimed slot", "slot", out.Slot, "floor", out.Floor, "tenure", out.Tenure)
 	return g, nil
@@ -256,7 +256,7 @@ func (a *agentShell) sendReserve(g *generator.Generator, upTo int64) (uint64, in
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	sent := n.clock.Now()
-	r, err := n.propose(ctx, command{Type: cmdReserve, NodeID: n.id, Slot: g.Slot(), Tenure: tenure, UpTo: upTo})
+	r, err := n.proposer.propose(ctx, command{Type: cmdReserve, NodeID: n.id, Slot: g.Slot(), Tenure: tenure, UpTo: upTo})
 	switch {
 	case err == nil:
 		switch {
@@ -265,8 +265,8 @@ func (a *agentShell) sendReserve(g *generator.Generator, upTo int64) (uint64, in
 		case r.LeaderTime != 0:
 			n.skew.Store(int64(sent.Sub(time.Unix(0, r.LeaderTime))))
 		}
-		if *n.reason.Load() != "" {
-			n.setReason("")
+		if n.reason.get() != "" {
+			n.reason.set("")
 		}
 	case errors.Is(err, ErrNotOwner):
 		// Only a hint: a deposed leader whose state lacks this tenure's
@@ -279,7 +279,7 @@ func (a *agentShell) sendReserve(g *generator.Generator, upTo int64) (uint64, in
 		n.logger.Log(context.Background(), level, "reserve refused as not the slot owner; this node's log decides", "slot", g.Slot(),
 			"tenure", tenure, "err", err)
 	case errors.Is(err, ErrClockSkew):
-		n.setReason(err.Error())
+		n.reason.set(err.Error())
 	default:
 		n.logger.Debug("reserve", "slot", g.Slot(), "up_to", upTo, "err", err)
 	}
@@ -317,14 +317,15 @@ func ownTenure(s *state, nodeID string, tenure uint64) (t Tenure, applied, ok bo
 	return Tenure{}, true, false
 }
 
-func (n *Node) claimFailure(err error) string {
+func (a *agentShell) claimFailure(err error) string {
+	n := a.n
 	switch {
 	case errors.Is(err, ErrClusterFull):
 		return "standby: every slot is owned; waiting for one to be freed"
 	case errors.Is(err, ErrLayoutMismatch), errors.Is(err, ErrClockSkew):
 		return err.Error()
-	case (errors.Is(err, ErrNoLeader) || errors.Is(err, errNoInitYet)) && !n.partOfCluster():
-		if why := n.joinBlocked(); why != "" {
+	case (errors.Is(err, ErrNoLeader) || errors.Is(err, errNoInitYet)) && !n.members.partOfCluster():
+		if why := n.versions.joinBlocked(); why != "" {
 			return "no slot: " + why
 		}
 		if n.cfg.BootstrapExpect == 1 && len(n.cfg.Join) == 0 {
@@ -347,15 +348,17 @@ func (n *Node) claimFailure(err error) string {
 // blocked in a claim or a reserve for seconds, and past a fence the rest of
 // the window may be another cluster's: the simulator found IDs a holder
 // minted in that gap repeating a younger cluster's.
-func (n *Node) stopIfEnded() {
-	n.noteEnded()
+func (a *agentShell) stopIfEnded() {
+	n := a.n
+	n.agent.noteEnded()
 	n.agent.step(agentEvent{Kind: agentApplied})
 }
 
-func (n *Node) revoke(g *generator.Generator, cause error) {
+func (a *agentShell) revoke(g *generator.Generator, cause error) {
+	n := a.n
 	g.Revoke(cause)
 	n.gen.CompareAndSwap(g, nil)
-	n.setReason("slot lost: " + cause.Error())
+	n.reason.set("slot lost: " + cause.Error())
 	n.logger.Warn("stopped issuing", "slot", g.Slot(), "cause", cause)
 }
 

@@ -16,24 +16,25 @@ const applyTimeout = 5 * time.Second
 // forwarded otherwise (proposeRoute and acceptAnswer decide, decide.go). Any
 // error means the outcome is unknown or refused; callers treat both as "not
 // granted".
-func (n *Node) propose(ctx context.Context, c command) (result, error) {
+func (pr *proposer) propose(ctx context.Context, c command) (result, error) {
+	n := pr.n
 	c.SentAt = n.clock.Now().UnixNano()
 	in := proposeIn{Conflict: n.Conflict(), CanForward: n.cfg.Forwarder != nil}
 	if in.Conflict == nil {
-		in.Own = n.ownCluster()
+		in.Own = n.ident.ownCluster()
 		in.Leader = n.rs.raft.State() == raft.Leader
 		if !in.Leader && in.Own != "" {
 			_, id := n.rs.raft.LeaderWithID()
 			if in.LeaderID = string(id); in.LeaderID != "" {
-				in.LeaderAddr = n.grpcAddrOf(in.LeaderID)
+				in.LeaderAddr = n.members.grpcAddrOf(in.LeaderID)
 			}
 		}
 	}
 	c.ClusterID = in.Own
-	_, c.Protocol, _ = n.clusterProtocol()
+	_, c.Protocol, _ = n.versions.clusterProtocol()
 	switch rt, err := proposeRoute(in); rt {
 	case routeLocal:
-		return n.handle(ctx, c)
+		return n.lead.handle(ctx, c)
 	case routeRefuse:
 		return result{}, err
 	}
@@ -41,7 +42,7 @@ func (n *Node) propose(ctx context.Context, c command) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	fctx, stop := n.whileLeader(ctx, in.LeaderID)
+	fctx, stop := n.proposer.whileLeader(ctx, in.LeaderID)
 	out, err := n.cfg.Forwarder.Forward(fctx, in.LeaderAddr, data)
 	stop()
 	if err != nil {
@@ -55,7 +56,7 @@ func (n *Node) propose(ctx context.Context, c command) (result, error) {
 		return result{}, err
 	}
 	if err := acceptAnswer(in.Own, in.LeaderAddr, r, n.cfg.protocols); err != nil {
-		n.peerRefusal("answer:"+in.LeaderAddr, "ignored the leader's answer", "leader", in.LeaderID, "err", err)
+		n.peerLog.Refused("answer:"+in.LeaderAddr, "ignored the leader's answer", "leader", in.LeaderID, "err", err)
 		return result{}, err
 	}
 	return r, nil
@@ -74,7 +75,8 @@ var errLeaderMoved = fmt.Errorf("%w: this node's raft no longer names the leader
 // leader, so no node issued for 2 s however soon the next leader was
 // elected. The outcome of an ended forward is unknown, as after a timeout;
 // callers treat it as not granted and read the log.
-func (n *Node) whileLeader(ctx context.Context, id string) (_ context.Context, stop func()) {
+func (pr *proposer) whileLeader(ctx context.Context, id string) (_ context.Context, stop func()) {
+	n := pr.n
 	ctx, cancel := context.WithCancelCause(ctx)
 	seen := make(chan raft.Observation, 1)
 	obs := raft.NewObserver(seen, false, func(o *raft.Observation) bool {
@@ -108,7 +110,8 @@ func (n *Node) whileLeader(ctx context.Context, id string) (_ context.Context, s
 // gossip shows, else the last one recorded. Gossip comes second because
 // anyone with the gossip key can make a member show any address: followers
 // dialling a leader's forged one stalled for about 50 s.
-func (n *Node) grpcAddrOf(id string) string {
+func (ms *membership) grpcAddrOf(id string) string {
+	n := ms.n
 	var recorded string
 	var holds bool
 	n.fsm.view(func(s *state) { recorded, holds = s.Nodes[id].GRPCAddr, s.slotOf(id) >= 0 })
@@ -133,21 +136,21 @@ func (n *Node) ApplyForwarded(ctx context.Context, data []byte) ([]byte, error) 
 	if in.Leader {
 		if in.Conflict = n.Conflict(); in.Conflict == nil {
 			c, decErr = decodeCommand(data)
-			in.Own = n.ownCluster()
+			in.Own = n.ident.ownCluster()
 		}
 	}
 	if err := forwardCheck(in, c, decErr); err != nil {
 		if in.Leader && !errors.Is(err, ErrClusterConflict) {
-			n.peerRefusal("forward:"+c.nodeID(), "refused a forwarded command", "from", c.nodeID(), "type", c.Type.String(),
+			n.peerLog.Refused("forward:"+c.nodeID(), "refused a forwarded command", "from", c.nodeID(), "type", c.Type.String(),
 				"its_protocol", versionOf(c.Protocol), "own_protocols", in.Speaks.String(), "err", err)
 		}
 		return nil, err
 	}
-	r, err := n.handle(ctx, c)
+	r, err := n.lead.handle(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	_, r.Protocol, _ = n.clusterProtocol()
+	_, r.Protocol, _ = n.versions.clusterProtocol()
 	return encodeResult(r)
 }
 
@@ -155,7 +158,8 @@ func (n *Node) ApplyForwarded(ctx context.Context, data []byte) ([]byte, error) 
 // leader answers only after its post-election Barrier, and the checks Apply
 // makes against the layout come before anything is proposed (after the
 // Barrier, so "not initialized" means it).
-func (n *Node) handle(ctx context.Context, c command) (result, error) {
+func (ld *leader) handle(ctx context.Context, c command) (result, error) {
+	n := ld.n
 	var (
 		h   handling
 		err error
@@ -165,10 +169,10 @@ func (n *Node) handle(ctx context.Context, c command) (result, error) {
 		return result{}, err
 	}
 	if h == handleRemove {
-		slot, err := n.leaderRemove(ctx, c.NodeID)
-		return result{Slot: slot, ClusterID: n.ownCluster()}, err
+		slot, err := n.lead.leaderRemove(ctx, c.NodeID)
+		return result{Slot: slot, ClusterID: n.ident.ownCluster()}, err
 	}
-	return n.leaderApply(ctx, c)
+	return n.lead.leaderApply(ctx, c)
 }
 
 // leaderApply is the leader-side guard in front of the log (DESIGN.md,
@@ -178,16 +182,17 @@ func (n *Node) handle(ctx context.Context, c command) (result, error) {
 // quorum-th latest of this leader's clock and the voters' latest reports
 // (clustertime.go); a leader whose own clock is off it by more than max-skew
 // grants nothing and hands off. Apply itself never reads a clock.
-func (n *Node) leaderApply(ctx context.Context, c command) (result, error) {
+func (ld *leader) leaderApply(ctx context.Context, c command) (result, error) {
+	n := ld.n
 	now := n.clock.Now()
-	member := n.inRaftConfig(c.nodeID())
+	member := n.members.inRaftConfig(c.nodeID())
 	in := leaderIn{Now: now, Member: c.Type != cmdClaim || member, MaxAhead: n.cfg.MaxAhead, MaxSkew: n.cfg.MaxSkew}
 	var reports bool
 	n.fsm.view(func(s *state) { reports = reportsClock(s, c, member) })
 	if reports {
 		n.clocks.observe(c.nodeID(), clockSample{reported: time.Unix(0, c.SentAt), leader: now, at: time.Now()})
 	}
-	in.ClusterNow, in.Known = n.clusterNow(now)
+	in.ClusterNow, in.Known = n.lead.clusterNow(now)
 	var d leaderOut
 	n.fsm.view(func(s *state) { d = leaderCheck(s, c, in) })
 	if d.Handoff {
@@ -199,14 +204,14 @@ func (n *Node) leaderApply(ctx context.Context, c command) (result, error) {
 	if d.Err != nil {
 		return result{}, d.Err
 	}
-	if err := n.contested(d); err != nil {
+	if err := n.lead.contested(d); err != nil {
 		return result{}, err
 	}
-	d.Answer.ClusterID = n.ownCluster()
+	d.Answer.ClusterID = n.ident.ownCluster()
 	if !d.Propose {
 		return d.Answer, nil
 	}
-	r, _, err := n.raftApply(ctx, d.Cmd)
+	r, _, err := n.lead.raftApply(ctx, d.Cmd)
 	return leaderAnswer(d, r), err
 }
 
@@ -216,7 +221,8 @@ func (n *Node) leaderApply(ctx context.Context, c command) (result, error) {
 // their windows grow past it until they stop. The holder waits, not ready,
 // until the other answers that it stopped (a second or so after the two
 // meet) and the fence of its windows is final.
-func (n *Node) contested(d leaderOut) error {
+func (ld *leader) contested(d leaderOut) error {
+	n := ld.n
 	if !d.Propose || (d.Cmd.Type != cmdClaim && d.Cmd.Type != cmdReserve) {
 		return nil
 	}
@@ -245,13 +251,14 @@ func (n *Node) contested(d leaderOut) error {
 }
 
 // raftApply proposes c and waits for it to be applied on this (leader) node.
-func (n *Node) raftApply(ctx context.Context, c command) (result, uint64, error) {
+func (ld *leader) raftApply(ctx context.Context, c command) (result, uint64, error) {
+	n := ld.n
 	if f := n.cfg.applyFault; f != nil {
 		if err := f(c); err != nil {
 			return result{}, 0, fmt.Errorf("raft apply %s: %w", c.Type, err)
 		}
 	}
-	if err := writable(c.Type, max(n.writeProtocol(), 1)); err != nil {
+	if err := writable(c.Type, max(n.versions.writeProtocol(), 1)); err != nil {
 		return result{}, 0, err
 	}
 	data, err := encodeCommand(c)
@@ -281,19 +288,20 @@ func unitsCeil(d, unit time.Duration) int64 {
 // Remove force-removes another node: it frees its slot and takes it out of
 // Raft. node is an ID or a name.
 func (n *Node) Remove(ctx context.Context, node string) (string, int, error) {
-	id, err := n.resolveNode(node)
+	id, err := n.members.resolveNode(node)
 	if err != nil {
 		return "", -1, err
 	}
 	if id == n.id {
 		return "", -1, ErrRemoveSelf
 	}
-	r, err := n.propose(ctx, command{Type: cmdRemove, NodeID: id})
+	r, err := n.proposer.propose(ctx, command{Type: cmdRemove, NodeID: id})
 	return id, r.Slot, err
 }
 
 // resolveNode finds a node's ID by ID or name among the state, Raft and gossip.
-func (n *Node) resolveNode(node string) (string, error) {
+func (ms *membership) resolveNode(node string) (string, error) {
+	n := ms.n
 	members, _ := n.Members()
 	var byName []string
 	for _, m := range members {
@@ -316,7 +324,8 @@ func (n *Node) resolveNode(node string) (string, error) {
 
 // leaderRemove frees id's slot in the state and removes it from Raft,
 // refusing to remove the leader itself or to break quorum.
-func (n *Node) leaderRemove(ctx context.Context, id string) (int, error) {
+func (ld *leader) leaderRemove(ctx context.Context, id string) (int, error) {
+	n := ld.n
 	if id == n.id {
 		return -1, ErrRemoveSelf
 	}
@@ -335,12 +344,12 @@ func (n *Node) leaderRemove(ctx context.Context, id string) (int, error) {
 	if !inRaft && !inState {
 		return -1, fmt.Errorf("%w: %s is not in the cluster", ErrUnknownNode, id)
 	}
-	if voter && !n.quorumSurvives(cf.Configuration(), id) {
+	if voter && !n.lead.quorumSurvives(cf.Configuration(), id) {
 		return -1, fmt.Errorf("%w: removing %s would leave fewer live voters than a quorum", ErrQuorum, id)
 	}
 	slot := -1
 	if inState {
-		r, _, err := n.raftApply(ctx, command{Type: cmdRemove, NodeID: id})
+		r, _, err := n.lead.raftApply(ctx, command{Type: cmdRemove, NodeID: id})
 		if err != nil {
 			return -1, err
 		}
@@ -358,7 +367,8 @@ func (n *Node) leaderRemove(ctx context.Context, id string) (int, error) {
 
 // quorumSurvives reports whether the voters left after removing id include a
 // quorum of live ones (alive in gossip, or this node).
-func (n *Node) quorumSurvives(cfg raft.Configuration, id string) bool {
+func (ld *leader) quorumSurvives(cfg raft.Configuration, id string) bool {
+	n := ld.n
 	members := n.gossip.snapshot()
 	voters, live := 0, 0
 	for _, s := range cfg.Servers {
@@ -379,7 +389,7 @@ func (n *Node) Leave(ctx context.Context) error {
 	// The only voter that leaves strands its non-voters for good: they
 	// cannot elect a leader, and nothing can promote or remove anyone. It
 	// is refused before anything changes.
-	if others := n.otherServers(); others > 0 && n.otherVoters() == 0 {
+	if others := n.members.otherServers(); others > 0 && n.members.otherVoters() == 0 {
 		return fmt.Errorf("%w: this node is its cluster's only voter, and its %d non-voter(s) cannot elect a leader without it; "+
 			"wait until one is promoted (idctl members shows each role), or remove them first", ErrQuorum, others)
 	}
@@ -391,12 +401,12 @@ func (n *Node) Leave(ctx context.Context) error {
 		// A tenure that is no longer current needs no release: the slot
 		// moved on without it.
 		c := command{Type: cmdRelease, NodeID: n.id, Tenure: n.tenure.Load()}
-		if _, err := n.propose(ctx, c); err != nil && !errors.Is(err, ErrNotOwner) {
+		if _, err := n.proposer.propose(ctx, c); err != nil && !errors.Is(err, ErrNotOwner) {
 			n.leaving.Store(false)
 			return fmt.Errorf("release slot: %w", err)
 		}
 	}
-	if n.otherVoters() > 0 {
+	if n.members.otherVoters() > 0 {
 		if n.rs.raft.State() == raft.Leader {
 			if err := n.rs.raft.LeadershipTransfer().Error(); err != nil {
 				n.leaving.Store(false)
@@ -406,7 +416,7 @@ func (n *Node) Leave(ctx context.Context) error {
 		// The new leader removes this node; a removed node cannot learn of its
 		// own removal from the log, so it waits for the leader's answer.
 		err := retry(ctx, 200*time.Millisecond, func() error {
-			_, err := n.propose(ctx, command{Type: cmdRemove, NodeID: n.id})
+			_, err := n.proposer.propose(ctx, command{Type: cmdRemove, NodeID: n.id})
 			return err
 		})
 		if err != nil && !errors.Is(err, ErrUnknownNode) {
@@ -439,15 +449,19 @@ func retry(ctx context.Context, every time.Duration, f func() error) error {
 	}
 }
 
-func (n *Node) otherVoters() int {
-	return n.otherServersWhere(func(s raft.Server) bool { return s.Suffrage == raft.Voter })
+func (ms *membership) otherVoters() int {
+	n := ms.n
+	return n.members.otherServersWhere(func(s raft.Server) bool { return s.Suffrage == raft.Voter })
 }
 
-func (n *Node) otherServers() int { return n.otherServersWhere(func(raft.Server) bool { return true }) }
+func (ms *membership) otherServers() int {
+	return ms.otherServersWhere(func(raft.Server) bool { return true })
+}
 
 // otherServersWhere counts the servers of this node's Raft configuration,
 // other than itself, for which keep holds.
-func (n *Node) otherServersWhere(keep func(raft.Server) bool) int {
+func (ms *membership) otherServersWhere(keep func(raft.Server) bool) int {
+	n := ms.n
 	cf := n.rs.raft.GetConfiguration()
 	if cf.Error() != nil {
 		return 0

@@ -18,9 +18,10 @@ const bootstrapTick = 50 * time.Millisecond
 //
 // A node with Join seeds never forms a cluster of one: a second cluster would
 // hand out the same slots again, so when in doubt it waits.
-func (n *Node) bootstrap() {
+func (ms *membership) bootstrap() {
+	n := ms.n
 	if n.cfg.BootstrapExpect == 1 && len(n.cfg.Join) == 0 {
-		n.bootstrapWith([]raft.Server{{ID: raft.ServerID(n.id), Address: raft.ServerAddress(n.cfg.RaftAdvertise)}})
+		n.members.bootstrapWith([]raft.Server{{ID: raft.ServerID(n.id), Address: raft.ServerAddress(n.cfg.RaftAdvertise)}})
 		return
 	}
 	tick := time.NewTicker(bootstrapTick)
@@ -33,7 +34,7 @@ func (n *Node) bootstrap() {
 			return
 		case <-tick.C:
 		}
-		if n.partOfCluster() {
+		if n.members.partOfCluster() {
 			return
 		}
 		var fresh []raft.Server
@@ -59,10 +60,10 @@ func (n *Node) bootstrap() {
 		if n.cfg.BootstrapExpect > 1 && len(fresh) >= n.cfg.BootstrapExpect {
 			// Gossip alone puts no voter in the first configuration: only
 			// peers that answer over the authenticated transport count.
-			fresh = n.provenPeers(fresh, grpcOf, proved, refused)
+			fresh = n.members.provenPeers(fresh, grpcOf, proved, refused)
 			if len(fresh) >= n.cfg.BootstrapExpect {
 				sort.Slice(fresh, func(i, j int) bool { return fresh[i].ID < fresh[j].ID })
-				n.bootstrapWith(fresh)
+				n.members.bootstrapWith(fresh)
 				return
 			}
 		}
@@ -73,14 +74,15 @@ func (n *Node) bootstrap() {
 // that answer over the authenticated transport (probe.go) as themselves, at
 // the Raft address gossip shows, not leaving and in no cluster yet. proved
 // remembers who did, so each peer is asked until it answers once.
-func (n *Node) provenPeers(fresh []raft.Server, grpcOf, proved, refused map[string]string) []raft.Server {
+func (ms *membership) provenPeers(fresh []raft.Server, grpcOf, proved, refused map[string]string) []raft.Server {
+	n := ms.n
 	probes := map[probeKey]bool{}
 	for _, s := range fresh {
 		if id := string(s.ID); id != n.id && proved[id] != string(s.Address) {
 			probes[probeKey{id, grpcOf[id]}] = true
 		}
 	}
-	answers := n.probeAll(probes)
+	answers := n.members.probeAll(probes)
 	var out []raft.Server
 	for _, s := range fresh {
 		id := string(s.ID)
@@ -109,7 +111,8 @@ func (n *Node) provenPeers(fresh []raft.Server, grpcOf, proved, refused map[stri
 }
 
 // partOfCluster reports whether this node has a leader or a configuration.
-func (n *Node) partOfCluster() bool {
+func (ms *membership) partOfCluster() bool {
+	n := ms.n
 	if _, id := n.rs.raft.LeaderWithID(); id != "" {
 		return true
 	}
@@ -117,7 +120,8 @@ func (n *Node) partOfCluster() bool {
 	return f.Error() == nil && len(f.Configuration().Servers) > 0
 }
 
-func (n *Node) bootstrapWith(servers []raft.Server) {
+func (ms *membership) bootstrapWith(servers []raft.Server) {
+	n := ms.n
 	err := n.rs.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
 	switch {
 	case err == nil:

@@ -134,7 +134,8 @@ func clusterTime(own time.Time, others []time.Time, quorum int) (t time.Time, kn
 
 // clusterNow is the cluster's time as this leader sees it, from its own clock
 // now and the voters' latest reports (clockQuorum says which count).
-func (n *Node) clusterNow(own time.Time) (time.Time, bool) {
+func (ld *leader) clusterNow(own time.Time) (time.Time, bool) {
+	n := ld.n
 	f := n.rs.raft.GetConfiguration()
 	if f.Error() != nil {
 		return own, false
@@ -151,7 +152,7 @@ func (n *Node) clusterNow(own time.Time) (time.Time, bool) {
 	}
 	now := time.Now()
 	members := n.gossip.snapshot()
-	_, founded := n.stateLayout()
+	_, founded := n.log.stateLayout()
 	if !founded {
 		led = 0 // (Init's start: never from fewer than a quorum of all the founders)
 	}
@@ -169,7 +170,8 @@ func (n *Node) clusterNow(own time.Time) (time.Time, bool) {
 
 // unreportedVoters are the other voters whose clocks this leader has not
 // heard within the TTL.
-func (n *Node) unreportedVoters() []string {
+func (ld *leader) unreportedVoters() []string {
+	n := ld.n
 	f := n.rs.raft.GetConfiguration()
 	if f.Error() != nil {
 		return nil
@@ -247,7 +249,8 @@ func statusClock(id, own string, st Status, leaderNow, at time.Time) (clockSampl
 // authenticated transport and records the clock it answers with. It runs
 // beside the leader loop, so that a slow or silent voter never holds up a
 // sweep.
-func (n *Node) pollClocks(stop <-chan struct{}) {
+func (ld *leader) pollClocks(stop <-chan struct{}) {
+	n := ld.n
 	tick := time.NewTicker(clockPollEvery)
 	defer tick.Stop()
 	for first := true; ; first = false {
@@ -270,7 +273,7 @@ func (n *Node) pollClocks(stop <-chan struct{}) {
 			}
 		}
 		n.clocks.retain(servers)
-		own := n.ownCluster()
+		own := n.ident.ownCluster()
 		keys := map[probeKey]bool{}
 		heard := func(id string) time.Time {
 			if t := n.protocols.provenAt(id); t.Before(time.Now().Add(-protocolPollEvery)) {
@@ -279,11 +282,11 @@ func (n *Node) pollClocks(stop <-chan struct{}) {
 			return n.clocks.heardSince(id)
 		}
 		for _, id := range clockPollTargets(voters, n.id, heard, time.Now(), clockPollEvery) {
-			if addr := n.grpcAddrOf(id); addr != "" {
+			if addr := n.members.grpcAddrOf(id); addr != "" {
 				keys[probeKey{id, addr}] = true
 			}
 		}
-		for k, a := range n.probeAll(keys) {
+		for k, a := range n.members.probeAll(keys) {
 			if a.err != nil || a.st.ID != k.id || a.st.ClusterID != own {
 				continue
 			}

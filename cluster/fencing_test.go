@@ -24,7 +24,7 @@ type pseudoNode struct {
 
 func (p *pseudoNode) command(c command) []byte {
 	c.SentAt = p.clock.Now().UnixNano()
-	c.ClusterID = p.tc.node("a").ownCluster()
+	c.ClusterID = p.tc.node("a").ident.ownCluster()
 	data, err := encodeCommand(c)
 	if err != nil {
 		panic(err)
@@ -199,11 +199,11 @@ func TestWipedSeedNeverJoinsItsOldCluster(t *testing.T) {
 	deadline := time.Now().Add(3 * time.Second) // several reconcile sweeps
 	for time.Now().Before(deadline) {
 		for _, name := range []string{"b", "c"} {
-			if tc.node(name).inRaftConfig(wiped.ID()) {
+			if tc.node(name).members.inRaftConfig(wiped.ID()) {
 				t.Fatalf("the old cluster added the wiped seed %s to Raft", wiped.ID())
 			}
 		}
-		if wiped.inRaftConfig(b.ID()) || wiped.inRaftConfig(tc.node("c").ID()) {
+		if wiped.members.inRaftConfig(b.ID()) || wiped.members.inRaftConfig(tc.node("c").ID()) {
 			t.Fatal("the wiped seed added members of the old cluster to its Raft")
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -223,7 +223,7 @@ func TestLeaderAnswersOnlyAfterBarrier(t *testing.T) {
 	waitReady(t, a)
 	st := a.Status()
 	c := command{Type: cmdReserve, NodeID: a.ID(), Slot: st.Slot, Tenure: a.tenure.Load(), UpTo: st.Granted + 1,
-		SentAt: time.Now().UnixNano(), ClusterID: a.ownCluster()}
+		SentAt: time.Now().UnixNano(), ClusterID: a.ident.ownCluster()}
 	data, err := encodeCommand(c)
 	if err != nil {
 		t.Fatal(err)

@@ -198,13 +198,14 @@ func contestedBy(proofs map[string]foreignProof, from map[string]time.Time, id s
 // cluster ID. A leader also asks the members of its own cluster ID that its
 // Raft configuration does not list (forkOf): a member of another log with
 // this cluster's ID is fenced like another cluster's until it stops.
-func (n *Node) proveForeign(own string) []foreignProof {
+func (rc *reconciler) proveForeign(own string) []foreignProof {
+	n := rc.n
 	now := time.Now()
 	keys := map[probeKey]bool{}
 	claimed := map[string]gossipMember{}
 	var servers map[string]string // this leader's configuration, ID to Raft address
 	if n.rs.raft.State() == raft.Leader {
-		servers = n.configServers()
+		servers = n.members.configServers()
 	}
 	b := &n.foreign
 	b.mu.Lock()
@@ -224,7 +225,7 @@ func (n *Node) proveForeign(own string) []foreignProof {
 		claimed[id] = m
 	}
 	b.mu.Unlock()
-	answers := n.probeAll(keys)
+	answers := n.members.probeAll(keys)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for k, a := range answers {

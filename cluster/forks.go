@@ -120,7 +120,8 @@ func (b *foreignBook) forkVerdict(mine forkSide, led time.Time, confirm time.Dur
 // leader whose book is new, issues only in the second before that leader
 // has proved the other group. A hold that was wrong (the ranking flipped)
 // ends on the next check.
-func (n *Node) checkForks() {
+func (rc *reconciler) checkForks() {
+	n := rc.n
 	if n.Conflict() != nil || n.rs.raft.State() != raft.Leader {
 		n.forkHold.Store(nil)
 		return
@@ -136,7 +137,7 @@ func (n *Node) checkForks() {
 		n.forkHold.Store(nil)
 		return
 	}
-	mine := forkSide{voters: n.voters(), history: n.history(), leaderID: n.id, leaderAddr: n.cfg.RaftAdvertise}
+	mine := forkSide{voters: n.members.voters(), history: n.ident.history(), leaderID: n.id, leaderAddr: n.cfg.RaftAdvertise}
 	b := &n.foreign
 	b.mu.Lock()
 	lose, stop, losing := b.forkVerdict(mine, time.Unix(0, led), forkConfirm, now)
@@ -146,7 +147,7 @@ func (n *Node) checkForks() {
 		return
 	}
 	if stop {
-		n.stopForGood(forkAdvice(lose, mine), false, lose.addr, n.cfg.GRPCAddr)
+		n.ident.stopForGood(forkAdvice(lose, mine), false, lose.addr, n.cfg.GRPCAddr)
 		return
 	}
 	hold := fmt.Sprintf("node %s at %s serves another raft group of this cluster ID that outranks this one (%d voters against %d): "+
@@ -169,7 +170,8 @@ func forkAdvice(p foreignProof, mine forkSide) string {
 }
 
 // configServers is this node's Raft configuration, ID to Raft address.
-func (n *Node) configServers() map[string]string {
+func (ms *membership) configServers() map[string]string {
+	n := ms.n
 	out := map[string]string{}
 	for _, srv := range n.rs.raft.GetConfiguration().Configuration().Servers {
 		out[string(srv.ID)] = string(srv.Address)

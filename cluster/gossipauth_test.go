@@ -144,7 +144,7 @@ func duringSweeps(t *testing.T, tc *testCluster, count uint64, check func() erro
 func TestGossipOnlyMemberIsNeverInRaft(t *testing.T) {
 	tc := startThree(t, keyedGossip(randomBytes(t, 32)))
 	leader := leaderNode(t, tc, "a", "b", "c")
-	own := leader.ownCluster()
+	own := leader.ident.ownCluster()
 	var created int64
 	if id := leader.identity.Load(); id != nil {
 		created = id.Created
@@ -537,7 +537,7 @@ func TestFollowerDialsTheLeaderAtItsRecordedAddress(t *testing.T) {
 	f.gossip.mu.Lock()
 	f.gossip.members[l.ID()].Meta.GRPCAddr = hole.Addr().String()
 	f.gossip.mu.Unlock()
-	if got := f.grpcAddrOf(l.ID()); got != real {
+	if got := f.members.grpcAddrOf(l.ID()); got != real {
 		t.Fatalf("the follower dials the leader at %s with its gossip view forged; want its recorded address %s", got, real)
 	}
 	// Its window is extended by forwarded reserves while gossip lies.

@@ -61,8 +61,9 @@ func writeIdentity(dir string, id identity) error {
 // trackIdentity records the cluster identity once the replicated state has
 // it: persisted in the data dir and carried in gossip metadata. Only the
 // agent calls it (on every state change), so writes never race.
-func (n *Node) trackIdentity() {
-	n.trackLayout()
+func (iw *identityWatch) trackIdentity() {
+	n := iw.n
+	n.log.trackLayout()
 	var fromState identity
 	n.fsm.view(func(s *state) { fromState = identity{ID: s.ClusterID, Created: s.Created} })
 	if fromState.ID == "" {
@@ -134,7 +135,8 @@ func coarseIndex(i uint64) uint64 {
 }
 
 // history is this node's applied log index, coarse.
-func (n *Node) history() uint64 {
+func (iw *identityWatch) history() uint64 {
+	n := iw.n
 	var i uint64
 	n.fsm.view(func(s *state) { i = s.Index })
 	return coarseIndex(i)
@@ -145,18 +147,19 @@ func (n *Node) history() uint64 {
 // (clusterAge.outranks) it stops issuing for good (until restarted), and says
 // what to do; the other side logs the conflict, fences what this side may
 // have issued (fenceForeign) and keeps serving. Either side exports it.
-func (n *Node) checkConflict() {
+func (iw *identityWatch) checkConflict() {
+	n := iw.n
 	own := n.identity.Load()
 	if own == nil {
 		return
 	}
-	mine := clusterAge{identity: *own, history: n.history(), serving: n.leaderKnown()}
+	mine := clusterAge{identity: *own, history: n.ident.history(), serving: n.members.leaderKnown()}
 	others := map[string]clusterAge{}
 	via := map[string]foreignProof{}
 	now := time.Now()
 	// Only what a member proved over the authenticated transport counts
 	// (foreign.go): a gossip key alone can make up a cluster with any history.
-	for _, p := range n.proveForeign(own.ID) {
+	for _, p := range n.recon.proveForeign(own.ID) {
 		// A member of another log with this cluster's ID is not another
 		// cluster to rank: which of the two groups stops is the copies'
 		// decision (twins.go).
@@ -212,7 +215,8 @@ func conflictAdvice(mine, other clusterAge, name, addr string) string {
 // ownCluster is the cluster ID this node belongs to, "" while it is unknown.
 // The replicated state is read too, so a new leader knows its cluster from
 // the moment its Init entry is applied.
-func (n *Node) ownCluster() string {
+func (iw *identityWatch) ownCluster() string {
+	n := iw.n
 	if id := n.identity.Load(); id != nil {
 		return id.ID
 	}

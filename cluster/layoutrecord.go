@@ -69,7 +69,8 @@ func layoutMismatch(cluster, configured generator.Layout, who string) error {
 }
 
 // stateLayout is the layout the local replica's Init records.
-func (n *Node) stateLayout() (generator.Layout, bool) {
+func (lv *logView) stateLayout() (generator.Layout, bool) {
+	n := lv.n
 	var l generator.Layout
 	ok := false
 	n.fsm.view(func(s *state) {
@@ -82,8 +83,9 @@ func (n *Node) stateLayout() (generator.Layout, bool) {
 
 // clusterLayout is the cluster's layout as far as this node knows it: its
 // replica's, else the one its data dir recorded in an earlier run.
-func (n *Node) clusterLayout() (generator.Layout, bool) {
-	if l, ok := n.stateLayout(); ok {
+func (lv *logView) clusterLayout() (generator.Layout, bool) {
+	n := lv.n
+	if l, ok := n.log.stateLayout(); ok {
 		return l, true
 	}
 	if r := n.recorded.Load(); r != nil {
@@ -94,8 +96,9 @@ func (n *Node) clusterLayout() (generator.Layout, bool) {
 
 // trackLayout records the replica's layout in the data dir once it has one.
 // Only the agent calls it (through trackIdentity), so writes never race.
-func (n *Node) trackLayout() {
-	l, ok := n.stateLayout()
+func (lv *logView) trackLayout() {
+	n := lv.n
+	l, ok := n.log.stateLayout()
 	if !ok {
 		return
 	}

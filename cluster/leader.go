@@ -56,7 +56,8 @@ func newLeaderState() leaderState {
 
 // monitorLeadership starts and stops the leader loop as leadership changes.
 // It watches NotifyCh, which unlike LeaderCh does not drop changes.
-func (n *Node) monitorLeadership() {
+func (ld *leader) monitorLeadership() {
+	n := ld.n
 	var stop, done chan struct{}
 	stopLeader := func() {
 		if stop != nil {
@@ -72,7 +73,7 @@ func (n *Node) monitorLeadership() {
 				stop, done = make(chan struct{}), make(chan struct{})
 				go func(stop, done chan struct{}) {
 					defer close(done)
-					n.leaderLoop(stop)
+					n.lead.leaderLoop(stop)
 				}(stop, done)
 			} else if !isLeader {
 				stopLeader()
@@ -87,7 +88,8 @@ func (n *Node) monitorLeadership() {
 // leaderLoop runs while this node leads: Barrier first (so the state holds
 // everything committed by earlier leaders), then a full reconcile, then
 // reconciles on gossip events and on a periodic sweep.
-func (n *Node) leaderLoop(stop chan struct{}) {
+func (ld *leader) leaderLoop(stop chan struct{}) {
+	n := ld.n
 	n.logger.Info("gained leadership")
 	defer n.logger.Info("lost leadership")
 	defer n.leaderReady.Store(false)
@@ -109,7 +111,7 @@ func (n *Node) leaderLoop(stop chan struct{}) {
 	defer n.ledSince.Store(0)
 	pollStop := make(chan struct{})
 	defer close(pollStop)
-	go n.pollClocks(pollStop)
+	go n.lead.pollClocks(pollStop)
 	// Until the Init entry is applied every Claim is refused, so a failed
 	// establish (a slow disk, a commit timeout) is retried with backoff for as
 	// long as this node leads; it is never left to a leadership change.
@@ -118,8 +120,8 @@ func (n *Node) leaderLoop(stop chan struct{}) {
 		wait      time.Duration
 	)
 	establish := func() (handedOff bool) {
-		err := n.establish()
-		if errors.Is(err, errFounderClock) && n.handOffToClusterTime() {
+		err := n.lead.establish()
+		if errors.Is(err, errFounderClock) && n.lead.handOffToClusterTime() {
 			return true
 		}
 		var again bool
@@ -139,9 +141,9 @@ func (n *Node) leaderLoop(stop chan struct{}) {
 	tick := time.NewTicker(n.cfg.ReconcileInterval)
 	defer tick.Stop()
 	for {
-		n.reconcile()
-		n.fenceForeign()
-		if n.leaderClockIsOutlier() || n.leaderProtocolIsOdd() {
+		n.recon.reconcile()
+		n.recon.fenceForeign()
+		if n.lead.leaderClockIsOutlier() || n.lead.leaderProtocolIsOdd() {
 			return
 		}
 		// A member whose probe failed is asked again when its backoff ends,
@@ -157,7 +159,7 @@ func (n *Node) leaderLoop(stop chan struct{}) {
 		case <-n.gossip.events:
 		case <-wake:
 		case <-n.handoff:
-			if n.leaderClockIsOffClusterTime() {
+			if n.lead.leaderClockIsOffClusterTime() {
 				return
 			}
 		case <-retryInit:
@@ -194,18 +196,19 @@ var (
 // clock an hour (or a year) ahead cannot put every slot that far ahead; a
 // leader whose own clock is off it, or outside the layout's range (an RTC
 // reset to 2000), hands leadership to a voter that can found it.
-func (n *Node) establish() error {
+func (ld *leader) establish() error {
+	n := ld.n
 	var inited bool
 	n.fsm.view(func(s *state) { inited = s.Layout != nil })
 	if inited {
 		return nil
 	}
 	now := n.clock.Now()
-	ct, known := n.clusterNow(now)
+	ct, known := n.lead.clusterNow(now)
 	if err := founderCheck(n.cfg.bootstrapLayout(), now, ct, known, n.cfg.MaxSkew); err != nil {
 		if errors.Is(err, errAwaitingClocks) {
 			err = fmt.Errorf("%w (not heard from: %s; a release before protocol 2 reports no clock before Init: "+
-				"found a cluster with nodes of one release)", err, strings.Join(n.unreportedVoters(), ", "))
+				"found a cluster with nodes of one release)", err, strings.Join(n.lead.unreportedVoters(), ", "))
 		}
 		return err
 	}
@@ -213,7 +216,7 @@ func (n *Node) establish() error {
 	if _, err := rand.Read(b[:]); err != nil {
 		return err
 	}
-	_, _, err := n.raftApply(context.Background(), initCommand(n.cfg.bootstrapLayout(), hex.EncodeToString(b[:]), ct, n.cfg.MaxAhead))
+	_, _, err := n.lead.raftApply(context.Background(), initCommand(n.cfg.bootstrapLayout(), hex.EncodeToString(b[:]), ct, n.cfg.MaxAhead))
 	return err
 }
 
@@ -240,13 +243,14 @@ func founderCheck(l generator.Layout, now, ct time.Time, known bool, maxSkew tim
 // handOffToClusterTime hands leadership to the voter whose clock is closest
 // to the cluster's time, if one is within max-skew of it, else to whoever
 // Raft picks; it reports whether leadership moved.
-func (n *Node) handOffToClusterTime() bool {
-	ct, _ := n.clusterNow(n.clock.Now())
+func (ld *leader) handOffToClusterTime() bool {
+	n := ld.n
+	ct, _ := n.lead.clusterNow(n.clock.Now())
 	f := n.rs.raft.LeadershipTransfer
-	if id, addr, ok := n.inStepVoter(ct); ok {
+	if id, addr, ok := n.lead.inStepVoter(ct); ok {
 		f = func() raft.Future { return n.rs.raft.LeadershipTransferToServer(id, addr) }
 	}
-	if n.otherVoters() == 0 {
+	if n.members.otherVoters() == 0 {
 		return false
 	}
 	n.logger.Warn("this leader's clock cannot found the cluster; handing off leadership")
@@ -268,14 +272,15 @@ func (n *Node) handOffToClusterTime() bool {
 // of it; one that still answers as a member stays. It never removes the leader itself
 // nor breaks quorum. The decisions are sweepProbes and sweepActions
 // (reconcile.go); this gathers their inputs, probes, and carries them out.
-func (n *Node) reconcile() {
+func (rc *reconciler) reconcile() {
+	n := rc.n
 	defer n.sweeps.Add(1)
 	// A leader whose cluster is outranked by another it meets in gossip
 	// changes no membership: it would race the other cluster's leader for
 	// the same fresh nodes, and a fresh node's log would mix both clusters.
 	// Checked here, not only on the housekeeping tick, because a gossip
 	// event that shows a new member may show the other cluster as well.
-	n.checkConflict()
+	n.ident.checkConflict()
 	if n.Conflict() != nil {
 		return
 	}
@@ -285,14 +290,14 @@ func (n *Node) reconcile() {
 		return
 	}
 	v := &memberView{
-		Self: n.id, SelfRaftAddr: n.cfg.RaftAdvertise, SelfSpeaksAs: string(n.rs.transport.LocalAddr()), Own: n.ownCluster(),
-		LogHolds: n.logHolds,
+		Self: n.id, SelfRaftAddr: n.cfg.RaftAdvertise, SelfSpeaksAs: string(n.rs.transport.LocalAddr()), Own: n.ident.ownCluster(),
+		LogHolds: n.log.logHolds,
 		Servers:  cf.Configuration().Servers, Members: n.gossip.snapshot(), Addable: map[string]bool{},
 		StateAddr: map[string]string{}, LeaderApplied: n.rs.raft.AppliedIndex(),
 		Now: time.Now(), ReapAfter: n.cfg.ReapAfter, RaftAnswered: n.rs.transport.answeredAt,
 	}
-	v.Protocols, _, _ = n.clusterProtocol()
-	if l, ok := n.clusterLayout(); ok {
+	v.Protocols, _, _ = n.versions.clusterProtocol()
+	if l, ok := n.log.clusterLayout(); ok {
 		v.Layout = &l
 	}
 	for id, m := range v.Members {
@@ -312,14 +317,15 @@ func (n *Node) reconcile() {
 	probes, gone := ls.sweepProbes(v)
 	// A sweep waits at most one probeTimeout per probeParallel members it
 	// asks, and members that failed are asked again only after a backoff.
-	answers := n.probeAll(probes)
+	answers := n.members.probeAll(probes)
 	for _, a := range ls.sweepActions(v, gone, answers) {
-		n.memberAct(a, v.Now)
+		n.recon.memberAct(a, v.Now)
 	}
 }
 
 // memberAct carries out one of sweepActions' decisions.
-func (n *Node) memberAct(a memberAction, now time.Time) {
+func (rc *reconciler) memberAct(a memberAction, now time.Time) {
+	n := rc.n
 	ls := &n.leaderState
 	readd := func(voter bool) error {
 		add := n.rs.raft.AddNonvoter
@@ -336,9 +342,9 @@ func (n *Node) memberAct(a memberAction, now time.Time) {
 			n.logger.Info("updated own raft address", "from", a.Why, "to", a.Addr)
 		}
 	case actReap:
-		n.reap(a.ID, a.Why)
+		n.recon.reap(a.ID, a.Why)
 	case actRefuse:
-		n.refuse(a.ID, a.Name, a.Why, a.Err)
+		n.members.refuse(a.ID, a.Name, a.Why, a.Err)
 	case actNote:
 		n.logger.Debug(a.Why, "id", a.ID)
 	case actWait:
@@ -368,10 +374,11 @@ func (n *Node) memberAct(a memberAction, now time.Time) {
 }
 
 // reap removes a node from the state and from Raft, logging the reason.
-func (n *Node) reap(id, why string) {
+func (rc *reconciler) reap(id, why string) {
+	n := rc.n
 	ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
 	defer cancel()
-	slot, err := n.leaderRemove(ctx, id)
+	slot, err := n.lead.leaderRemove(ctx, id)
 	if err != nil {
 		n.logger.Warn("reap", "id", id, "reason", why, "err", err)
 		return
@@ -384,9 +391,10 @@ func (n *Node) reap(id, why string) {
 // is more than max-skew off the cluster's time: it grants nothing meanwhile
 // (leaderApply), and a voter with a good clock can. It returns true when
 // leadership was handed off.
-func (n *Node) leaderClockIsOffClusterTime() bool {
+func (ld *leader) leaderClockIsOffClusterTime() bool {
+	n := ld.n
 	now := n.clock.Now()
-	ct, known := n.clusterNow(now)
+	ct, known := n.lead.clusterNow(now)
 	off := now.Sub(ct)
 	if !known || (off <= n.cfg.MaxSkew && off >= -n.cfg.MaxSkew) {
 		return false
@@ -396,7 +404,7 @@ func (n *Node) leaderClockIsOffClusterTime() bool {
 	// To a voter whose clock agrees with the cluster's time if one is known:
 	// left to Raft, the most caught-up follower may be another wrong clock.
 	f := n.rs.raft.LeadershipTransfer
-	if id, addr, ok := n.inStepVoter(ct); ok {
+	if id, addr, ok := n.lead.inStepVoter(ct); ok {
 		f = func() raft.Future { return n.rs.raft.LeadershipTransferToServer(id, addr) }
 	}
 	if err := f().Error(); err != nil {
@@ -408,7 +416,8 @@ func (n *Node) leaderClockIsOffClusterTime() bool {
 
 // inStepVoter picks the voter (other than this node) whose reported clock is
 // closest to ct, if it is within max-skew of it.
-func (n *Node) inStepVoter(ct time.Time) (raft.ServerID, raft.ServerAddress, bool) {
+func (ld *leader) inStepVoter(ct time.Time) (raft.ServerID, raft.ServerAddress, bool) {
+	n := ld.n
 	cf := n.rs.raft.GetConfiguration()
 	if cf.Error() != nil {
 		return "", "", false
@@ -440,8 +449,9 @@ func (n *Node) inStepVoter(ct time.Time) (raft.ServerID, raft.ServerAddress, boo
 // protocol version with the other servers (protocolOdd): they refuse every
 // answer it gives, so while it leads nobody gets room. It returns true when
 // leadership was handed off.
-func (n *Node) leaderProtocolIsOdd() bool {
-	why := n.protocolOdd()
+func (ld *leader) leaderProtocolIsOdd() bool {
+	n := ld.n
+	why := n.versions.protocolOdd()
 	if why == "" {
 		return false
 	}
@@ -457,7 +467,8 @@ func (n *Node) leaderProtocolIsOdd() bool {
 // this leader recently are refused for clock skew: then the leader's clock,
 // not theirs, is the one that is off, and while it leads nobody else can get
 // room. It returns true when leadership was handed off.
-func (n *Node) leaderClockIsOutlier() bool {
+func (ld *leader) leaderClockIsOutlier() bool {
+	n := ld.n
 	off, within := n.clocks.recent(n.id, 5*time.Second, n.cfg.MaxSkew, time.Now())
 	if off < 2 || off <= within {
 		return false
@@ -490,21 +501,22 @@ func (n *Node) leaderClockIsOutlier() bool {
 // Windows are compared in one layout or not at all: a proof of another
 // layout fences nothing and says so. Members that have died since still
 // count: their last proven window is all that is known of them.
-func (n *Node) fenceForeign() {
-	own := n.ownCluster()
+func (rc *reconciler) fenceForeign() {
+	n := rc.n
+	own := n.ident.ownCluster()
 	if own == "" || n.Conflict() != nil {
 		return
 	}
-	layout, ok := n.clusterLayout()
+	layout, ok := n.log.clusterLayout()
 	if !ok {
 		return
 	}
 	// Copies of this node's data dir that stopped are fenced like another
 	// cluster (twins.go): their log granted windows this one never saw.
-	proofs := append(n.proveForeign(own), n.copies.copies()...)
+	proofs := append(n.recon.proveForeign(own), n.copies.copies()...)
 	for _, f := range foreignFences(proofs, layout) {
 		if f.otherLayout {
-			n.peerRefusal("fence:"+f.foreign, "not fencing a window of another cluster of another layout: its IDs "+
+			n.peerLog.Refused("fence:"+f.foreign, "not fencing a window of another cluster of another layout: its IDs "+
 				"are not comparable with this cluster's", "other_cluster", f.foreign, "other_layout", f.layout.String(), "own_layout", layout.String())
 			continue
 		}
@@ -512,7 +524,7 @@ func (n *Node) fenceForeign() {
 		n.fsm.view(func(s *state) { cmds = fenceCommands(s, f, own) })
 		for _, c := range cmds {
 			ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
-			_, _, err := n.raftApply(ctx, c)
+			_, _, err := n.lead.raftApply(ctx, c)
 			cancel()
 			switch {
 			case c.Type == cmdRelease && err == nil:

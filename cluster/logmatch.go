@@ -51,7 +51,8 @@ func entryHash(l *raft.Log) uint64 {
 }
 
 // logHolds is the check above against this leader's log.
-func (n *Node) logHolds(index, hash uint64) error {
+func (lv *logView) logHolds(index, hash uint64) error {
+	n := lv.n
 	if index == 0 {
 		return nil
 	}
@@ -77,7 +78,8 @@ func (n *Node) logHolds(index, hash uint64) error {
 // its log (the third outside attack did). The log itself is not read back:
 // after a snapshot install Raft keeps trailing entries that may never have
 // been committed, so only what this replica applied counts.
-func (n *Node) lastCommand() *appliedEntry {
+func (lv *logView) lastCommand() *appliedEntry {
+	n := lv.n
 	if e := n.fsm.lastCommand.Load(); e != nil {
 		return e
 	}
@@ -110,7 +112,8 @@ func readApplied(dataDir string) (*appliedEntry, error) {
 
 // saveApplied records the replica's last applied command entry if it
 // changed since the last record.
-func (n *Node) saveApplied() {
+func (lv *logView) saveApplied() {
+	n := lv.n
 	e := n.fsm.lastCommand.Load()
 	if e == nil || e == n.appliedSaved.Load() {
 		return
@@ -124,7 +127,8 @@ func (n *Node) saveApplied() {
 }
 
 // voters counts the voters of this node's Raft configuration.
-func (n *Node) voters() int {
+func (ms *membership) voters() int {
+	n := ms.n
 	c := 0
 	for _, s := range n.rs.raft.GetConfiguration().Configuration().Servers {
 		if s.Suffrage == raft.Voter {

@@ -116,7 +116,7 @@ func TestSurvivorOfADeadClusterDoesNotStopItsReplacement(t *testing.T) {
 	tc.stop("b")
 	tc.stop("c")
 	a := tc.node("a")
-	harness.WaitFor(t, 20*time.Second, "a to lose its leader", func() bool { return !a.leaderKnown() })
+	harness.WaitFor(t, 20*time.Second, "a to lose its leader", func() bool { return !a.members.leaderKnown() })
 
 	tc.add("x", 3)
 	tc.add("y", 3, "x")
@@ -169,7 +169,7 @@ func foundWithSkewedLeader(t *testing.T, skew time.Duration) *testCluster {
 	hold.Store(false)
 	for _, name := range []string{"a", "b", "s"} {
 		n := tc.node(name)
-		harness.WaitFor(t, 30*time.Second, name+" to apply the Init", func() bool { _, ok := n.clusterLayout(); return ok })
+		harness.WaitFor(t, 30*time.Second, name+" to apply the Init", func() bool { _, ok := n.log.clusterLayout(); return ok })
 	}
 	return tc
 }
@@ -392,14 +392,14 @@ func TestFoundersWithoutClocksFoundNothing(t *testing.T) {
 	s := tc.node("s")
 	led := time.Now()
 	for time.Since(led) < 3*s.cfg.clockTTL+4*time.Second {
-		if tc.node("a").ownCluster() != "" {
+		if tc.node("a").ident.ownCluster() != "" {
 			checkInitStart(t, tc.node("a"))
 			t.Fatalf("Init written %v after s led, from s's clock alone: the founders a and b never reported one", time.Since(led).Round(time.Millisecond))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	if s.rs.raft.State() == raft.Leader {
-		if err := s.establish(); !errors.Is(err, errAwaitingClocks) || !strings.Contains(err.Error(), tc.node("a").ID()) {
+		if err := s.lead.establish(); !errors.Is(err, errAwaitingClocks) || !strings.Contains(err.Error(), tc.node("a").ID()) {
 			t.Errorf("s's establish: %v; want it awaiting the founders' clocks, naming a", err)
 		}
 	}

@@ -344,7 +344,7 @@ func TestWipedNodeAtTheOldRaftAddressFreesTheOldID(t *testing.T) {
 					}
 					holder := ""
 					n.fsm.view(func(st *state) { holder = st.Slots[oldSlot].Owner })
-					return !n.inRaftConfig(oldID) && holder != oldID
+					return !n.members.inRaftConfig(oldID) && holder != oldID
 				}
 				return false
 			})

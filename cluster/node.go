@@ -281,9 +281,9 @@ type Node struct {
 	identity   atomic.Pointer[identity] // the cluster this node belongs to, once known
 	conflict   atomic.Pointer[string]   // set for good once an older cluster is met
 	conflicts  sync.Map                 // other clusters met: ID -> identity
-	reason     atomic.Pointer[string]
-	skew       atomic.Int64 // this node's clock minus the cluster's time (else the leader's clock) in its last accepted reserve answer, ns
-	leaderSeen atomic.Int64 // when a leader was last known, Unix ns
+	reason     reasonText               // why this node is not ready ("" when it is)
+	skew       atomic.Int64             // this node's clock minus the cluster's time (else the leader's clock) in its last accepted reserve answer, ns
+	leaderSeen atomic.Int64             // when a leader was last known, Unix ns
 
 	leaderState leaderState
 	clocks      clockBook  // the nodes' latest clock reports, while leading
@@ -304,8 +304,16 @@ type Node struct {
 	shutdownOnce sync.Once
 	shutdownCh   chan struct{}
 	leaving      atomic.Bool
-	// agent is the slot agent (agent.go).
-	agent agentShell
+	// The roles (roles.go; the slot agent in agent.go).
+	agent    agentShell
+	lead     leader
+	recon    reconciler
+	members  membership
+	ident    identityWatch
+	versions versionView
+	log      logView
+	proposer proposer
+	house    housekeeper
 	// doors counts what the Raft and gossip ports' bounds refused.
 	doors *door.Counts
 	wg    sync.WaitGroup
@@ -363,8 +371,9 @@ func Open(cfg Config) (*Node, error) {
 		peerLog:    door.NewRateLog(logger, peerLogEvery),
 		notReady:   door.NewRateLog(logger, peerLogEvery),
 	}
-	n.agent.n = n
-	n.fsm.afterApply = n.stopIfEnded
+	n.agent.n, n.lead.n, n.recon.n, n.members.n, n.ident.n = n, n, n, n, n
+	n.versions.n, n.log.n, n.proposer.n, n.house.n = n, n, n, n
+	n.fsm.afterApply = n.agent.stopIfEnded
 	n.foreign.init()
 	if reason, err := stoppedBefore(cfg.DataDir); err != nil {
 		return nil, err
@@ -375,7 +384,7 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n.setReason("starting")
+	n.reason.set("starting")
 	n.recorded.Store(recorded)
 	local := meta{
 		Name: cfg.Name, GRPCAddr: cfg.GRPCAddr, RaftAddr: cfg.RaftAdvertise, HTTPAddr: cfg.HTTPAddr,
@@ -394,7 +403,7 @@ func Open(cfg Config) (*Node, error) {
 	alone := cfg.BootstrapExpect == 1 && len(cfg.Join) == 0
 	n.doors = door.NewCounts(boundRaftConns, boundRaftHandshakes, boundRaftTimeout, boundRaftTLS, boundRaftGreeting, boundRaftOtherCluster, boundRaftIdentity,
 		boundGossipStreams, boundGossipStreamsPerAddr, boundGossipBudget, boundGossipStreamsShare)
-	n.rs, err = openRaft(&n.cfg, id, n.fsm, raftGreeter{own: n.ownCluster, alone: func() bool { return alone }, servers: n.ServerHost}, n.doors, logger)
+	n.rs, err = openRaft(&n.cfg, id, n.fsm, raftGreeter{own: n.ident.ownCluster, alone: func() bool { return alone }, servers: n.ServerHost}, n.doors, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -418,23 +427,15 @@ func Open(cfg Config) (*Node, error) {
 
 	if n.conflict.Load() != nil {
 		logger.Error("stopped: " + n.Conflict().Error())
-		go n.leaveRaftAsCopy()
+		go n.ident.leaveRaftAsCopy()
 	}
-	n.goLoop(n.monitorLeadership)
-	n.goLoop(n.agent.run)
-	n.goLoop(n.housekeeping)
+	n.wg.Go(n.lead.monitorLeadership)
+	n.wg.Go(n.agent.run)
+	n.wg.Go(n.house.housekeeping)
 	if !n.rs.hadState {
-		n.goLoop(n.bootstrap)
+		n.wg.Go(n.members.bootstrap)
 	}
 	return n, nil
-}
-
-func (n *Node) goLoop(f func()) {
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		f()
-	}()
 }
 
 // ID is the node's persistent identity (its Raft server ID and gossip name).
@@ -447,7 +448,7 @@ func (n *Node) Name() string { return n.cfg.Name }
 // has been seen (here or in an earlier run), else the one it would found a
 // cluster with.
 func (n *Node) Layout() generator.Layout {
-	if l, ok := n.clusterLayout(); ok {
+	if l, ok := n.log.clusterLayout(); ok {
 		return l
 	}
 	return n.cfg.bootstrapLayout()
@@ -466,7 +467,7 @@ func (n *Node) Close() error {
 			g.Revoke(ErrShutdown)
 		}
 		n.wg.Wait()
-		n.saveApplied()
+		n.log.saveApplied()
 		if gerr := n.gossip.shutdown(); gerr != nil {
 			err = gerr
 		}
@@ -478,12 +479,9 @@ func (n *Node) Close() error {
 	return err
 }
 
-func (n *Node) setReason(r string) {
-	n.reason.Store(&r)
-}
-
 // housekeeping retries the join seeds and keeps the gossip metadata current.
-func (n *Node) housekeeping() {
+func (hk *housekeeper) housekeeping() {
+	n := hk.n
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var lastJoin time.Time
@@ -494,15 +492,15 @@ func (n *Node) housekeeping() {
 				n.logger.Debug("gossip join", "seeds", n.cfg.Join, "contacted", c, "err", err)
 			}
 		}
-		n.leaderKnown() // keeps leaderSeen fresh between readiness checks
-		n.checkConflict()
-		n.checkCopies()
-		n.checkForks()
-		n.saveApplied()
-		odd := n.protocolOdd() // off the serving path: Ready reads it
+		n.members.leaderKnown() // keeps leaderSeen fresh between readiness checks
+		n.ident.checkConflict()
+		n.ident.checkCopies()
+		n.recon.checkForks()
+		n.log.saveApplied()
+		odd := n.versions.protocolOdd() // off the serving path: Ready reads it
 		n.odd.Store(&odd)
-		n.logReadiness()
-		member := n.inRaftConfig(n.id)
+		n.house.logReadiness()
+		member := n.members.inRaftConfig(n.id)
 		skewMS := n.skew.Load() / int64(time.Millisecond)
 		n.gossip.updateMeta(func(m *meta) {
 			m.Member = m.Member || member
@@ -520,17 +518,12 @@ func (n *Node) housekeeping() {
 // logged per peer: the first at once, the rest as a count.
 const peerLogEvery = 10 * time.Second
 
-// peerRefusal logs, at WARN and at a bounded rate per peer, that this node
-// refused a peer's command or answer.
-func (n *Node) peerRefusal(peer, msg string, args ...any) {
-	n.peerLog.Log(slog.LevelWarn, msg, peer, msg, args...)
-}
-
 // logReadiness logs every change of this node's readiness: at WARN with the
 // reason when it is not ready (a change of kind only, so that a reason that
 // carries a moving number is one line; at a bounded rate), at INFO when it
 // is ready again. Only housekeeping calls it.
-func (n *Node) logReadiness() {
+func (hk *housekeeper) logReadiness() {
+	n := hk.n
 	ok, reason := n.Ready()
 	kind := reasonKind(reason)
 	if ok {
@@ -544,7 +537,7 @@ func (n *Node) logReadiness() {
 		n.logger.Info("ready to issue")
 		return
 	}
-	_, running, _ := n.clusterProtocol()
+	_, running, _ := n.versions.clusterProtocol()
 	n.notReady.Log(slog.LevelWarn, kind, "self", "not ready", "reason", reason, "cluster_protocol", running,
 		"own_protocols", n.cfg.protocols.String())
 }
@@ -561,7 +554,8 @@ func reasonKind(r string) string {
 }
 
 // inRaftConfig reports whether id is a server in the latest Raft configuration.
-func (n *Node) inRaftConfig(id string) bool {
+func (ms *membership) inRaftConfig(id string) bool {
+	n := ms.n
 	f := n.rs.raft.GetConfiguration()
 	if f.Error() != nil {
 		return false
@@ -587,12 +581,12 @@ func (n *Node) Ready() (bool, string) {
 	}
 	g := n.gen.Load()
 	if g == nil {
-		return false, *n.reason.Load()
+		return false, n.reason.get()
 	}
-	if r := *n.reason.Load(); r != "" {
+	if r := n.reason.get(); r != "" {
 		return false, r
 	}
-	if !n.leaderKnown() {
+	if !n.members.leaderKnown() {
 		return false, "no raft leader known"
 	}
 	// A window used up while the leader keeps extending it is a node at the
@@ -612,7 +606,7 @@ func (n *Node) Ready() (bool, string) {
 	// A lone voter's clock is the cluster's time: a step back of it is not a
 	// window granted ahead of the cluster, and the node keeps issuing from
 	// its cursor as it always has.
-	if ahead := n.windowAhead(g); ahead > n.cfg.MaxAhead+g.Layout().Unit+aheadSlack && n.otherVoters() > 0 {
+	if ahead := n.house.windowAhead(g); ahead > n.cfg.MaxAhead+g.Layout().Unit+aheadSlack && n.members.otherVoters() > 0 {
 		return false, fmt.Sprintf("window runs %v ahead of the cluster's time (max-ahead %v): it was granted while a clock was wrong, "+
 			"or the data dir was restored from an old copy; IDs from it would decode to future times, so the node waits for real time to catch up",
 			ahead.Round(time.Second), n.cfg.MaxAhead)
@@ -627,7 +621,8 @@ const aheadSlack = time.Second
 
 // windowAhead is how far the end of g's window lies past the cluster's time,
 // as this node reckons it: its clock less its skew at the last answer.
-func (n *Node) windowAhead(g *generator.Generator) time.Duration {
+func (hk *housekeeper) windowAhead(g *generator.Generator) time.Duration {
+	n := hk.n
 	l := g.Layout()
 	clusterNow := n.clock.Now().Add(-time.Duration(n.skew.Load()))
 	return l.Time(g.Granted() + 1).Sub(clusterNow)
@@ -644,7 +639,8 @@ const grantGrace = 2 * time.Second
 const leaderGrace = 3 * time.Second
 
 // leaderKnown reports whether a Raft leader is known now or was within leaderGrace.
-func (n *Node) leaderKnown() bool {
+func (ms *membership) leaderKnown() bool {
+	n := ms.n
 	now := time.Now().UnixNano()
 	if _, id := n.rs.raft.LeaderWithID(); id != "" {
 		n.leaderSeen.Store(now)
@@ -654,8 +650,9 @@ func (n *Node) leaderKnown() bool {
 }
 
 // leaderWithin reports whether this node knew a Raft leader within d.
-func (n *Node) leaderWithin(d time.Duration) bool {
-	n.leaderKnown()
+func (ms *membership) leaderWithin(d time.Duration) bool {
+	n := ms.n
+	n.members.leaderKnown()
 	return time.Now().UnixNano()-n.leaderSeen.Load() < int64(d)
 }
 
@@ -676,7 +673,7 @@ func (n *Node) NextBatch(ctx context.Context, count int) ([]int64, int, error) {
 	}
 	g := n.gen.Load()
 	if g == nil {
-		return nil, -1, fmt.Errorf("%w: %s", ErrNotReady, *n.reason.Load())
+		return nil, -1, fmt.Errorf("%w: %s", ErrNotReady, n.reason.get())
 	}
 	ids, err := g.NextBatch(ctx, count)
 	return ids, g.Slot(), err
@@ -756,20 +753,20 @@ func (n *Node) Status() Status {
 	if w := n.window.Load(); w != nil {
 		st.LastWindowSlot, st.LastWindowGranted = w.slot, w.granted
 	}
-	st.Layout, _ = n.clusterLayout()
+	st.Layout, _ = n.log.clusterLayout()
 	addr, id := n.rs.raft.LeaderWithID()
 	st.LeaderID, st.LeaderAddr = string(id), string(addr)
-	st.ClusterID = n.ownCluster()
+	st.ClusterID = n.ident.ownCluster()
 	st.Started = n.started
 	stopped := n.conflict.Load() != nil
 	st.Stopped = &stopped
-	if e := n.lastCommand(); e != nil {
+	if e := n.log.lastCommand(); e != nil {
 		st.AppliedCommand, st.AppliedCommandHash = e.index, e.hash
 	}
-	st.Voters = n.voters()
+	st.Voters = n.members.voters()
 	st.RaftAddr, st.Leaving = n.cfg.RaftAdvertise, n.leaving.Load()
 	st.Protocols = n.cfg.protocols
-	_, st.ClusterProtocol, _ = n.clusterProtocol()
+	_, st.ClusterProtocol, _ = n.versions.clusterProtocol()
 	if !n.cfg.noClockInStatus && !n.cfg.previousStatus {
 		st.Clock = n.clock.Now().UnixNano()
 	}
@@ -952,4 +949,16 @@ type offsetClock struct {
 
 func (c *offsetClock) Now() time.Time {
 	return c.base.Now().Add(time.Duration(c.offset.Load()))
+}
+
+// reasonText is why a node is not ready, "" when it is.
+type reasonText struct{ p atomic.Pointer[string] }
+
+func (r *reasonText) set(s string) { r.p.Store(&s) }
+
+func (r *reasonText) get() string {
+	if s := r.p.Load(); s != nil {
+		return *s
+	}
+	return ""
 }

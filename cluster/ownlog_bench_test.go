@@ -55,7 +55,7 @@ func BenchmarkGrantAnswerToLocalApply(b *testing.B) {
 		clock.offset.Add(int64(time.Second))
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		start := time.Now()
-		r, err := f.propose(ctx, command{Type: cmdReserve, NodeID: f.id, Slot: slot, Tenure: tenure, UpTo: granted + 1})
+		r, err := f.proposer.propose(ctx, command{Type: cmdReserve, NodeID: f.id, Slot: slot, Tenure: tenure, UpTo: granted + 1})
 		cancel()
 		if err != nil {
 			b.Fatal(err)

@@ -198,7 +198,7 @@ func startServing(t *testing.T) *testCluster {
 		for _, name := range []string{"a", "b", "c"} {
 			tc.issue(tc.node(name), 2048)
 		}
-		return tc.node("b").history() >= 60
+		return tc.node("b").ident.history() >= 60
 	})
 	return tc
 }

@@ -60,7 +60,8 @@ type probeAnswer struct {
 
 // probeAll asks every key's address who it is, probeParallel at a time,
 // each within probeTimeout (sooner if the node shuts down).
-func (n *Node) probeAll(keys map[probeKey]bool) map[probeKey]probeAnswer {
+func (ms *membership) probeAll(keys map[probeKey]bool) map[probeKey]probeAnswer {
+	n := ms.n
 	out := make(map[probeKey]probeAnswer, len(keys))
 	if len(keys) == 0 {
 		return out
@@ -76,7 +77,7 @@ func (n *Node) probeAll(keys map[probeKey]bool) map[probeKey]probeAnswer {
 		go func(k probeKey) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			st, err := n.probe(k.addr)
+			st, err := n.members.probe(k.addr)
 			mu.Lock()
 			out[k] = probeAnswer{st, err}
 			mu.Unlock()
@@ -86,7 +87,8 @@ func (n *Node) probeAll(keys map[probeKey]bool) map[probeKey]probeAnswer {
 	return out
 }
 
-func (n *Node) probe(addr string) (Status, error) {
+func (ms *membership) probe(addr string) (Status, error) {
+	n := ms.n
 	if n.cfg.Prober == nil {
 		return Status{}, errNoProber
 	}
@@ -266,7 +268,8 @@ func (ls *leaderState) probeFailed(id, key string, now time.Time) {
 
 // refuse logs why the leader did not act on a member, once per reason
 // (the sentinel) and member while this node leads.
-func (n *Node) refuse(id, name, action string, err error) {
+func (ms *membership) refuse(id, name, action string, err error) {
+	n := ms.n
 	kind := err
 	for _, s := range []error{errProbeUnanswered, errProbeOtherNode, errProbeLeaving, errProbeRaftAddr, errProbeCluster, errProbeBehind, errNoProber, ErrProtocol, errProbeNoClaim} {
 		if errors.Is(err, s) {

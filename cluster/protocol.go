@@ -191,9 +191,10 @@ func (b *provenBook) get(id string) (ProtocolRange, bool) {
 // writes and whom it adds never rest on gossip, which anyone with the gossip
 // key can forge; a follower, which only labels its forwards with the
 // version, takes gossip's. A receiver checks every message's own version.
-func (n *Node) clusterProtocol() (common ProtocolRange, running int, ok bool) {
+func (vv *versionView) clusterProtocol() (common ProtocolRange, running int, ok bool) {
+	n := vv.n
 	own := n.cfg.protocols
-	others, shared, any := n.othersProtocol()
+	others, shared, any := n.versions.othersProtocol()
 	if !any {
 		return own, own.Max, true
 	}
@@ -212,7 +213,8 @@ func (n *Node) clusterProtocol() (common ProtocolRange, running int, ok bool) {
 // speaks (a server that has not proved its range yet, in a new leader's
 // first seconds, counts as version 1). Never gossip: a forged range must
 // not let a leader write what a replica stops on.
-func (n *Node) writeProtocol() int {
+func (vv *versionView) writeProtocol() int {
+	n := vv.n
 	f := n.rs.raft.GetConfiguration()
 	if f.Error() != nil {
 		return ProtocolMin
@@ -239,7 +241,8 @@ func (n *Node) writeProtocol() int {
 // configuration speaks (ranges as clusterProtocol takes them): shared is
 // false when they share no version among themselves, any when there is no
 // other server.
-func (n *Node) othersProtocol() (common ProtocolRange, shared, any bool) {
+func (vv *versionView) othersProtocol() (common ProtocolRange, shared, any bool) {
+	n := vv.n
 	f := n.rs.raft.GetConfiguration()
 	if f.Error() != nil {
 		return ProtocolRange{}, false, false
@@ -272,8 +275,9 @@ func (n *Node) othersProtocol() (common ProtocolRange, shared, any bool) {
 // it does): it was rolled forward (or back) past what they speak. Such a
 // node is not ready, and hands leadership off if it leads: its followers
 // would refuse every forward it answers and grant nothing.
-func (n *Node) protocolOdd() string {
-	others, shared, any := n.othersProtocol()
+func (vv *versionView) protocolOdd() string {
+	n := vv.n
+	others, shared, any := n.versions.othersProtocol()
 	if !any || !shared {
 		return ""
 	}
@@ -301,7 +305,8 @@ func shortRevision(rev string) string {
 // will not add it, as far as the members' metadata tells (a hint: the
 // leader decides on its authenticated answer): a member of a cluster that
 // shares no protocol version with this node. "" when nothing says so.
-func (n *Node) joinBlocked() string {
+func (vv *versionView) joinBlocked() string {
+	n := vv.n
 	own := n.cfg.protocols
 	for _, m := range n.gossip.snapshot() {
 		if m.ID == n.id || !m.Parsed || m.State != MemberAlive || !m.Meta.Member || m.Meta.ClusterID == "" {

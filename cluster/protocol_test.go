@@ -242,7 +242,7 @@ func TestNodeThatShowsNothingIsNotPromoted(t *testing.T) {
 	waitReady(t, a)
 	x, y := tc.start("x"), tc.start("y")
 	harness.WaitFor(t, 20*time.Second, "x and y added as non-voters", func() bool {
-		return a.inRaftConfig(x.ID()) && a.inRaftConfig(y.ID())
+		return a.members.inRaftConfig(x.ID()) && a.members.inRaftConfig(y.ID())
 	})
 	for range 3 { // three sweeps at least, past the second a promotion waits
 		before := a.sweeps.Load()
@@ -272,7 +272,7 @@ func TestForwardOfAnUnspokenVersionChangesNothing(t *testing.T) {
 	waitReady(t, a)
 	st := a.Status()
 	c := command{Type: cmdReserve, NodeID: a.ID(), Slot: st.Slot, Tenure: a.tenure.Load(), UpTo: st.Granted + 100,
-		ClusterID: a.ownCluster(), Protocol: ProtocolMax + 1}
+		ClusterID: a.ident.ownCluster(), Protocol: ProtocolMax + 1}
 	data, err := encodeCommand(c)
 	if err != nil {
 		t.Fatal(err)
@@ -297,13 +297,13 @@ func TestJoinOfANodeTooNewIsRefused(t *testing.T) {
 	tc.add("new", 1, "a").cfg.protocols = ProtocolRange{ProtocolMax + 1, ProtocolMax + 1}
 	a := tc.start("a")
 	waitReady(t, a)
-	if _, running, _ := a.clusterProtocol(); running != ProtocolMax {
+	if _, running, _ := a.versions.clusterProtocol(); running != ProtocolMax {
 		t.Fatalf("a lone node of this build runs protocol %d, want %d", running, ProtocolMax)
 	}
 	old := tc.start("old")
 	waitReady(t, old)
 	harness.WaitFor(t, 10*time.Second, "the cluster to run protocol 1 with the old node in it", func() bool {
-		_, running, _ := a.clusterProtocol()
+		_, running, _ := a.versions.clusterProtocol()
 		return running == 1
 	})
 	tooNew := tc.start("new")
@@ -315,7 +315,7 @@ func TestJoinOfANodeTooNewIsRefused(t *testing.T) {
 		before := a.sweeps.Load()
 		harness.WaitFor(t, 10*time.Second, "a sweep", func() bool { return a.sweeps.Load() > before })
 	}
-	if a.inRaftConfig(tooNew.ID()) {
+	if a.members.inRaftConfig(tooNew.ID()) {
 		t.Fatalf("the leader added a node that speaks only protocol %d", ProtocolMax+1)
 	}
 	_, reason := tooNew.Ready()
@@ -370,7 +370,7 @@ func TestNodeThatCannotClaimIsNotAVoter(t *testing.T) {
 		harness.WaitFor(t, 10*time.Second, "a sweep", func() bool { return a.sweeps.Load() > before })
 	}
 	for _, n := range []*Node{dc, lay} {
-		if a.inRaftConfig(n.ID()) {
+		if a.members.inRaftConfig(n.ID()) {
 			t.Errorf("the leader added %s, which can never claim under the cluster's layout", n.Name())
 		}
 	}

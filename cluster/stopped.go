@@ -31,20 +31,21 @@ const stoppedFile = "STOPPED"
 // that lost stays in it, issuing nothing, so that its group's log keeps a
 // leader and the other group's leader reads each member's last windows
 // from the member itself until it says it stopped.
-func (n *Node) stopForGood(reason string, leave bool, tell ...string) {
+func (iw *identityWatch) stopForGood(reason string, leave bool, tell ...string) {
+	n := iw.n
 	path := filepath.Join(n.cfg.DataDir, stoppedFile)
 	if err := writeFileSync(path, []byte(reason+"\n")); err != nil {
 		n.logger.Error("record in the data dir that this process stopped", "path", path, "err", err)
 	}
 	n.conflict.Store(&reason)
 	n.logger.Error("stopping issuing: " + n.Conflict().Error())
-	members := n.groupGRPCAddrs()
+	members := n.ident.groupGRPCAddrs()
 	go func() {
 		for _, about := range tell {
-			n.tellAll(members, about)
+			n.ident.tellAll(members, about)
 		}
 		if leave {
-			n.leaveRaftAsCopy()
+			n.ident.leaveRaftAsCopy()
 		}
 	}()
 }

@@ -199,9 +199,10 @@ func proofFrom(st Status, addr string, now time.Time) foreignProof {
 // told to the leader (which fences the copy's windows) and to both copies
 // (which rank themselves); this process stops if a proven copy of its own
 // identity outranks it (copyRanks).
-func (n *Node) checkCopies() {
+func (iw *identityWatch) checkCopies() {
+	n := iw.n
 	defer n.copyChecks.Add(1)
-	own := n.ownCluster()
+	own := n.ident.ownCluster()
 	if own == "" || n.Conflict() != nil {
 		return
 	}
@@ -211,14 +212,14 @@ func (n *Node) checkCopies() {
 	for _, addr := range b.due(now, n.cfg.GRPCAddr) {
 		keys[probeKey{"", addr}] = true
 	}
-	answers := n.probeAll(keys)
+	answers := n.members.probeAll(keys)
 	// A member's copy is told from the member by the member's own answer at
 	// the address the cluster records for it.
 	registered := map[string]string{n.id: n.cfg.GRPCAddr}
 	originals := map[probeKey]bool{}
 	for k, a := range answers {
 		if id := a.st.ID; a.err == nil && a.st.ClusterID == own && id != n.id && id != "" {
-			if reg := n.grpcAddrOf(id); reg != "" && reg != k.addr {
+			if reg := n.members.grpcAddrOf(id); reg != "" && reg != k.addr {
 				registered[id] = reg
 				originals[probeKey{id, reg}] = true
 			}
@@ -226,7 +227,7 @@ func (n *Node) checkCopies() {
 	}
 	startOf := map[string]int64{n.id: n.started}
 	stoppedHere := map[string]bool{} // members whose registered process stopped for good
-	for k, a := range n.probeAll(originals) {
+	for k, a := range n.members.probeAll(originals) {
 		if a.err == nil && a.st.ID == k.id && a.st.ClusterID == own {
 			startOf[k.id] = a.st.Started
 			stoppedHere[k.id] = a.st.Stopped != nil && *a.st.Stopped
@@ -235,7 +236,7 @@ func (n *Node) checkCopies() {
 	// A member of this node's group that says it stopped, and a serving
 	// member of another log with this cluster's ID (forks.go): this
 	// group lost to the other, and this node follows.
-	servers := n.configServers()
+	servers := n.members.configServers()
 	var memberStopped string
 	var forkSeen *foreignProof
 	for k, a := range answers {
@@ -244,7 +245,7 @@ func (n *Node) checkCopies() {
 			continue
 		}
 		_, listed := servers[st.ID]
-		if listed && n.grpcAddrOf(st.ID) == k.addr && st.Stopped != nil && *st.Stopped {
+		if listed && n.members.grpcAddrOf(st.ID) == k.addr && st.Stopped != nil && *st.Stopped {
 			memberStopped = k.addr
 		} else if p := proofFrom(st, k.addr, now); !listed && p.serving && forkOf(st, servers, false) {
 			forkSeen = &p
@@ -270,14 +271,14 @@ func (n *Node) checkCopies() {
 		n.logger.Error("another process runs a node identity of this cluster: a copy of its data dir", "node_id", p.id,
 			"copy_grpc_addr", k.addr, "copy_started", time.Unix(0, p.started).UTC().Format(time.RFC3339Nano),
 			"copy_serving", p.serving, "original_grpc_addr", registered[p.id])
-		go n.tellOfCopy(p, registered[p.id])
+		go n.ident.tellOfCopy(p, registered[p.id])
 	}
 	// Whether this process's group serves is taken over copyRankGrace, not
 	// the moment: a stop is recorded for good, and an election or a pause
 	// of a few seconds at the meeting would otherwise stop a group that
 	// outranks the copy (the fourth outside attack paused two of three
 	// voters for 6.7 s and the original stopped for good).
-	serving, voters := n.leaderWithin(copyRankGrace), n.voters()
+	serving, voters := n.members.leaderWithin(copyRankGrace), n.members.voters()
 	for _, p := range b.copies() {
 		// A copy of this identity whose windows on this node's slot reach
 		// into this tenure issued inside it: the generator stops here and
@@ -285,13 +286,13 @@ func (n *Node) checkCopies() {
 		// leader), and claims again once the copy has stopped and its
 		// windows are fenced (contested, apply.go).
 		if g := n.gen.Load(); p.id == n.id && g != nil && p.slot == g.Slot() && g.Floor() < max(p.granted, p.windows[p.slot]) {
-			n.revoke(g, fmt.Errorf("%w: a copy of this node's data dir at %s issued slot %d inside this tenure", ErrNotReady, p.addr, p.slot))
+			n.agent.revoke(g, fmt.Errorf("%w: a copy of this node's data dir at %s issued slot %d inside this tenure", ErrNotReady, p.addr, p.slot))
 		}
 		if now.Sub(p.at) > foreignConflictTTL || !p.serving {
 			continue
 		}
 		if p.id == n.id && copyRanks(serving, voters, n.started, n.cfg.GRPCAddr, p) {
-			n.stopForGood(copyAdvice(serving, voters, n.cfg.GRPCAddr, p), true, p.addr)
+			n.ident.stopForGood(copyAdvice(serving, voters, n.cfg.GRPCAddr, p), true, p.addr)
 			return
 		}
 		// A member of this node's Raft group stopped because its copy
@@ -302,12 +303,12 @@ func (n *Node) checkCopies() {
 		// member did (whose decision this follows, so two groups never
 		// both stop on one meeting).
 		if p.id != n.id && stoppedHere[p.id] {
-			n.stopForGood(followAdvice(p, registered[p.id]), false, p.addr)
+			n.ident.stopForGood(followAdvice(p, registered[p.id]), false, p.addr)
 			return
 		}
 	}
 	if memberStopped != "" && forkSeen != nil {
-		n.stopForGood(followForkAdvice(*forkSeen, memberStopped), false, forkSeen.addr)
+		n.ident.stopForGood(followForkAdvice(*forkSeen, memberStopped), false, forkSeen.addr)
 	}
 }
 
@@ -327,7 +328,8 @@ func followForkAdvice(p foreignProof, stopped string) string {
 // refuse its whole cluster's claims for good (a leader in conflict applies
 // nothing forwarded). So it hands leadership away if it has it, then shuts
 // Raft down; it goes on answering Status, which says it stopped.
-func (n *Node) leaveRaftAsCopy() {
+func (iw *identityWatch) leaveRaftAsCopy() {
+	n := iw.n
 	if n.rs.raft.State() == raft.Leader {
 		if err := n.rs.raft.LeadershipTransfer().Error(); err != nil {
 			n.logger.Warn("hand leadership away before leaving raft as a copy", "err", err)
@@ -344,27 +346,29 @@ func (n *Node) leaveRaftAsCopy() {
 // other, and this node's leader about the copy: the two rank themselves, and
 // the leader fences the windows of the one that stops. Each asks the
 // address itself before it believes the hint.
-func (n *Node) tellOfCopy(p foreignProof, orig string) {
-	n.tellAll([]string{p.addr}, orig)
+func (iw *identityWatch) tellOfCopy(p foreignProof, orig string) {
+	n := iw.n
+	n.ident.tellAll([]string{p.addr}, orig)
 	about := []string{}
 	if orig != n.cfg.GRPCAddr {
 		about = append(about, orig)
 	}
 	if _, leader := n.rs.raft.LeaderWithID(); leader != "" && string(leader) != n.id {
-		if la := n.grpcAddrOf(string(leader)); la != "" && la != p.addr && la != orig {
+		if la := n.members.grpcAddrOf(string(leader)); la != "" && la != p.addr && la != orig {
 			about = append(about, la)
 		}
 	}
-	n.tellAll(about, p.addr)
+	n.ident.tellAll(about, p.addr)
 }
 
 // groupGRPCAddrs is the gRPC address of every other server of this node's
 // Raft configuration that one is known for.
-func (n *Node) groupGRPCAddrs() []string {
+func (iw *identityWatch) groupGRPCAddrs() []string {
+	n := iw.n
 	var out []string
 	for _, srv := range n.rs.raft.GetConfiguration().Configuration().Servers {
 		if id := string(srv.ID); id != n.id {
-			if a := n.grpcAddrOf(id); a != "" {
+			if a := n.members.grpcAddrOf(id); a != "" {
 				out = append(out, a)
 			}
 		}
@@ -374,7 +378,8 @@ func (n *Node) groupGRPCAddrs() []string {
 
 // tellAll tells each node at to that a process runs at about under its
 // identity or a member's (CopyTeller), one probe timeout each.
-func (n *Node) tellAll(to []string, about string) {
+func (iw *identityWatch) tellAll(to []string, about string) {
+	n := iw.n
 	t, ok := n.cfg.Prober.(CopyTeller)
 	if !ok {
 		return

@@ -168,9 +168,9 @@ func TestCopiedDataDirOfALoneSeedStopsAndIsFenced(t *testing.T) {
 	waitReady(t, a)
 	twin := tc.start("copy")
 	waitReady(t, twin)
-	if twin.ID() != a.ID() || twin.ownCluster() != a.ownCluster() || twin.Status().Slot != a.Status().Slot {
-		t.Fatalf("the copy is node %s of cluster %s on slot %d, want a's %s of %s on %d", twin.ID(), twin.ownCluster(),
-			twin.Status().Slot, a.ID(), a.ownCluster(), a.Status().Slot)
+	if twin.ID() != a.ID() || twin.ident.ownCluster() != a.ident.ownCluster() || twin.Status().Slot != a.Status().Slot {
+		t.Fatalf("the copy is node %s of cluster %s on slot %d, want a's %s of %s on %d", twin.ID(), twin.ident.ownCluster(),
+			twin.Status().Slot, a.ID(), a.ident.ownCluster(), a.Status().Slot)
 	}
 	// What the copy issues before the meeting; the original's IDs are
 	// recorded apart (the two may share some: the meeting's window).
@@ -770,7 +770,7 @@ func TestMemberRestartedOnANewRaftAddressStaysOutOfACopysLog(t *testing.T) {
 	waitReady(t, twin)
 	tc.stop("a")
 	tc.stop("c")
-	applied := b.lastCommand()
+	applied := b.log.lastCommand()
 	if applied == nil {
 		t.Fatal("b applied no command entry")
 	}
@@ -815,7 +815,7 @@ func TestAGroupBetweenLeadersDoesNotLoseToALoneCopy(t *testing.T) {
 	tc, a, _, _, twin := grownOriginalAndCopy(t)
 	tc.stop("b")
 	tc.stop("c")
-	harness.WaitFor(t, 10*time.Second, "a to know no leader past the grace", func() bool { return !a.leaderKnown() })
+	harness.WaitFor(t, 10*time.Second, "a to know no leader past the grace", func() bool { return !a.members.leaderKnown() })
 	if _, err := twin.Join([]string{tc.specs["a"].cfg.GossipAddr}); err != nil {
 		t.Fatal(err)
 	}

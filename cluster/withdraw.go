@@ -68,7 +68,8 @@ func (w *withdrawals) covers(slot int, ts int64) bool {
 
 // noteEnded records the end of the tenure the node's generator minted under,
 // once its replica shows it (fsm.afterApply, through stopIfEnded).
-func (n *Node) noteEnded() {
+func (a *agentShell) noteEnded() {
+	n := a.n
 	m := n.minted.Load()
 	if m == nil {
 		return

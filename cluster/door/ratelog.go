@@ -210,3 +210,9 @@ func (c *Counts) Snapshot() map[string]uint64 {
 	}
 	return out
 }
+
+// Refused logs, at WARN and at a bounded rate per peer, that this node
+// refused a peer's command or answer (msg is its kind too).
+func (r *RateLog) Refused(peer, msg string, args ...any) {
+	r.Log(slog.LevelWarn, msg, peer, msg, args...)
+}
