@@ -171,22 +171,24 @@ func (s *state) admit(c command) error {
 	case cmdClaim:
 		return c.Node.checkDatacenter(*s.Layout)
 	case cmdReserve, cmdFence:
-		if err := s.checkSlot(c); err != nil {
+		if err := checkSlot(s, c); err != nil {
 			return err
 		}
-		return s.checkTimestamp(c.Type, "up to", c.UpTo)
+		return checkTimestamp(s, c.Type, "up to", c.UpTo)
 	}
 	return nil
 }
 
-func (s *state) checkSlot(c command) error {
+// checkSlot: c names a slot of s.
+func checkSlot(s *state, c command) error {
 	if c.Slot < 0 || c.Slot >= len(s.Slots) {
 		return fmt.Errorf("%w: %s of slot %d, not in 0..%d", ErrBadCommand, c.Type, c.Slot, len(s.Slots)-1)
 	}
 	return nil
 }
 
-func (s *state) checkTimestamp(t commandType, what string, ts int64) error {
+// checkTimestamp: ts is a timestamp of s's layout.
+func checkTimestamp(s *state, t commandType, what string, ts int64) error {
 	if max := s.Layout.MaxTimestamp(); ts < 0 || ts > max {
 		return fmt.Errorf("%w: %s %s %d, not in 0..%d (layout %s)", ErrBadCommand, t, what, ts, max, s.Layout)
 	}

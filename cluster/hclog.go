@@ -49,13 +49,14 @@ func toSlogLevel(l hclog.Level) slog.Level {
 	}
 }
 
-func (a *hclogAdapter) enabled(l hclog.Level) bool {
+// enabled: a logs at level l.
+func enabled(a *hclogAdapter, l hclog.Level) bool {
 	return a.logger.Enabled(context.Background(), toSlogLevel(l))
 }
 
 // Log writes one record; hclog.Off drops it.
 func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
-	if level == hclog.Off || !a.enabled(level) {
+	if level == hclog.Off || !enabled(a, level) {
 		return
 	}
 	a.logger.Log(context.Background(), toSlogLevel(level), msg, hclogArgs(args)...)
@@ -103,19 +104,19 @@ func (a *hclogAdapter) Warn(msg string, args ...any) { a.Log(hclog.Warn, msg, ar
 func (a *hclogAdapter) Error(msg string, args ...any) { a.Log(hclog.Error, msg, args...) }
 
 // IsTrace reports whether trace records are written.
-func (a *hclogAdapter) IsTrace() bool { return a.enabled(hclog.Trace) }
+func (a *hclogAdapter) IsTrace() bool { return enabled(a, hclog.Trace) }
 
 // IsDebug reports whether debug records are written.
-func (a *hclogAdapter) IsDebug() bool { return a.enabled(hclog.Debug) }
+func (a *hclogAdapter) IsDebug() bool { return enabled(a, hclog.Debug) }
 
 // IsInfo reports whether info records are written.
-func (a *hclogAdapter) IsInfo() bool { return a.enabled(hclog.Info) }
+func (a *hclogAdapter) IsInfo() bool { return enabled(a, hclog.Info) }
 
 // IsWarn reports whether warnings are written.
-func (a *hclogAdapter) IsWarn() bool { return a.enabled(hclog.Warn) }
+func (a *hclogAdapter) IsWarn() bool { return enabled(a, hclog.Warn) }
 
 // IsError reports whether errors are written.
-func (a *hclogAdapter) IsError() bool { return a.enabled(hclog.Error) }
+func (a *hclogAdapter) IsError() bool { return enabled(a, hclog.Error) }
 
 // ImpliedArgs returns the pairs added by With.
 func (a *hclogAdapter) ImpliedArgs() []any { return a.implied }
@@ -153,7 +154,7 @@ func (a *hclogAdapter) SetLevel(hclog.Level) {}
 // GetLevel reports the lowest level the slog handler writes.
 func (a *hclogAdapter) GetLevel() hclog.Level {
 	for _, l := range []hclog.Level{hclog.Trace, hclog.Debug, hclog.Info, hclog.Warn, hclog.Error} {
-		if a.enabled(l) {
+		if enabled(a, l) {
 			return l
 		}
 	}
