@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idgen/idgen/generator"
@@ -51,6 +52,22 @@ type agentShell struct {
 	rule slotAgent
 	// claimed is the layout the awaited claim asked for (nil: none named).
 	claimed *generator.Layout
+
+	gen atomic.Pointer[generator.Generator]
+	// tenure is the claim the generator belongs to; only the agent writes
+	// both, tenure before gen.
+	tenure atomic.Uint64
+	// minted is the tenure and slot the latest generator mints under, and
+	// withdrawn what ended tenures of this process leave behind (withdraw.go).
+	minted    atomic.Pointer[mintedTenure]
+	withdrawn withdrawals
+	lastGrant atomic.Int64 // when the window last grew to a grant the replica applied, Unix ns
+	// window is the last window a generator of this node held, for gossip
+	// and Status.
+	window atomic.Pointer[heldWindow]
+	// skew is this node's clock minus the cluster's time (else the
+	// leader's clock) in its last accepted reserve answer, ns.
+	skew atomic.Int64
 }
 
 // run is the agent loop: one look per wake (a tick, an applied entry, a
@@ -65,7 +82,7 @@ func (a *agentShell) run() {
 		n.ident.trackIdentity()
 		a.drive(agentEvent{Kind: agentLook})
 		var waiting <-chan struct{}
-		if g := n.gen.Load(); g != nil {
+		if g := a.gen.Load(); g != nil {
 			waiting = g.Waiting()
 		}
 		select {
@@ -118,21 +135,21 @@ func (a *agentShell) step(ev agentEvent) (agentOut, *generator.Generator) {
 		// stop: follow the replica again now that there is one.
 		a.carryOut(a.rule.step(agentEvent{Kind: agentApplied}, a.input()))
 	}
-	return out, a.n.gen.Load()
+	return out, a.gen.Load()
 }
 
 // carryOut does what out asks that needs no leader (under the lock); the
 // error is a start's.
 func (a *agentShell) carryOut(out agentOut) error {
 	n := a.n
-	g := n.gen.Load()
+	g := a.gen.Load()
 	switch {
 	case out.GaveUp != nil:
 		n.reason.set("no slot yet: " + out.GaveUp.Error())
 		n.logger.Warn("claim answered but not found in the local log", "err", out.GaveUp)
 	case out.Revoke != nil:
 		if g != nil {
-			n.agent.revoke(g, out.Revoke)
+			a.revoke(g, out.Revoke)
 		}
 		return nil
 	case out.Start:
@@ -142,14 +159,14 @@ func (a *agentShell) carryOut(out agentOut) error {
 		}
 	}
 	if g != nil && out.Grant > g.Granted() {
-		n.lastGrant.Store(time.Now().UnixNano())
+		a.lastGrant.Store(time.Now().UnixNano())
 		g.Grant(out.Grant)
 	}
 	if g != nil {
 		var held bool
 		n.fsm.view(func(s *state) { _, _, held = ownTenure(s, n.id, a.rule.Tenure()) })
 		if held {
-			n.window.Store(&heldWindow{slot: g.Slot(), granted: g.Granted()})
+			a.window.Store(&heldWindow{slot: g.Slot(), granted: g.Granted()})
 		}
 	}
 	return nil
@@ -158,9 +175,9 @@ func (a *agentShell) carryOut(out agentOut) error {
 // input is the rule's input now (under the lock).
 func (a *agentShell) input() agentIn {
 	n := a.n
-	g := n.gen.Load()
+	g := a.gen.Load()
 	in := agentIn{
-		Now: time.Now(), Leaving: n.leaving.Load(), NeverClaim: n.cfg.neverClaim, Conflict: n.conflict.Load() != nil,
+		Now: time.Now(), Leaving: n.leaving.Load(), NeverClaim: n.cfg.neverClaim, Conflict: n.ident.conflict.Load() != nil,
 		Running: g != nil,
 	}
 	if g != nil {
@@ -206,7 +223,7 @@ func (a *agentShell) sendClaim() (uint64, error) {
 	defer cancel()
 	r, err := n.proposer.propose(ctx, command{Type: cmdClaim, Node: &info, Layout: claimed})
 	if err != nil {
-		n.reason.set(n.agent.claimFailure(err))
+		n.reason.set(a.claimFailure(err))
 		n.logger.Debug("claim", "err", err)
 		return 0, err
 	}
@@ -235,11 +252,11 @@ func (a *agentShell) start(out agentOut) (*generator.Generator, error) {
 		return nil, err
 	}
 	g.Grant(out.Granted)
-	n.window.Store(&heldWindow{slot: g.Slot(), granted: g.Granted()})
-	n.tenure.Store(out.Tenure)
-	n.minted.Store(&mintedTenure{slot: out.Slot, tenure: out.Tenure})
+	a.window.Store(&heldWindow{slot: g.Slot(), granted: g.Granted()})
+	a.tenure.Store(out.Tenure)
+	a.minted.Store(&mintedTenure{slot: out.Slot, tenure: out.Tenure})
 	n.reason.set("")
-	n.gen.Store(g)
+	a.gen.Store(g)
 	n.logger.Info("claimed slot", "slot", out.Slot, "floor", out.Floor, "tenure", out.Tenure)
 	return g, nil
 }
@@ -252,7 +269,7 @@ func (a *agentShell) start(out agentOut) (*generator.Generator, error) {
 // outcome counts as not granted.
 func (a *agentShell) sendReserve(g *generator.Generator, upTo int64) (uint64, int64, error) {
 	n := a.n
-	tenure := n.tenure.Load()
+	tenure := a.tenure.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	sent := n.clock.Now()
@@ -261,9 +278,9 @@ func (a *agentShell) sendReserve(g *generator.Generator, upTo int64) (uint64, in
 	case err == nil:
 		switch {
 		case r.ClusterTime != 0:
-			n.skew.Store(int64(sent.Sub(time.Unix(0, r.ClusterTime))))
+			a.skew.Store(int64(sent.Sub(time.Unix(0, r.ClusterTime))))
 		case r.LeaderTime != 0:
-			n.skew.Store(int64(sent.Sub(time.Unix(0, r.LeaderTime))))
+			a.skew.Store(int64(sent.Sub(time.Unix(0, r.LeaderTime))))
 		}
 		if n.reason.get() != "" {
 			n.reason.set("")
@@ -349,15 +366,14 @@ func (a *agentShell) claimFailure(err error) string {
 // the window may be another cluster's: the simulator found IDs a holder
 // minted in that gap repeating a younger cluster's.
 func (a *agentShell) stopIfEnded() {
-	n := a.n
-	n.agent.noteEnded()
-	n.agent.step(agentEvent{Kind: agentApplied})
+	a.noteEnded()
+	a.step(agentEvent{Kind: agentApplied})
 }
 
 func (a *agentShell) revoke(g *generator.Generator, cause error) {
 	n := a.n
 	g.Revoke(cause)
-	n.gen.CompareAndSwap(g, nil)
+	a.gen.CompareAndSwap(g, nil)
 	n.reason.set("slot lost: " + cause.Error())
 	n.logger.Warn("stopped issuing", "slot", g.Slot(), "cause", cause)
 }

@@ -42,7 +42,7 @@ func (pr *proposer) propose(ctx context.Context, c command) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	fctx, stop := n.proposer.whileLeader(ctx, in.LeaderID)
+	fctx, stop := pr.whileLeader(ctx, in.LeaderID)
 	out, err := n.cfg.Forwarder.Forward(fctx, in.LeaderAddr, data)
 	stop()
 	if err != nil {
@@ -164,15 +164,15 @@ func (ld *leader) handle(ctx context.Context, c command) (result, error) {
 		h   handling
 		err error
 	)
-	ready := n.leaderReady.Load()
+	ready := ld.leaderReady.Load()
 	if n.fsm.view(func(s *state) { h, err = handleCheck(s, c, ready) }); err != nil {
 		return result{}, err
 	}
 	if h == handleRemove {
-		slot, err := n.lead.leaderRemove(ctx, c.NodeID)
+		slot, err := ld.leaderRemove(ctx, c.NodeID)
 		return result{Slot: slot, ClusterID: n.ident.ownCluster()}, err
 	}
-	return n.lead.leaderApply(ctx, c)
+	return ld.leaderApply(ctx, c)
 }
 
 // leaderApply is the leader-side guard in front of the log (DESIGN.md,
@@ -190,28 +190,28 @@ func (ld *leader) leaderApply(ctx context.Context, c command) (result, error) {
 	var reports bool
 	n.fsm.view(func(s *state) { reports = reportsClock(s, c, member) })
 	if reports {
-		n.clocks.observe(c.nodeID(), clockSample{reported: time.Unix(0, c.SentAt), leader: now, at: time.Now()})
+		ld.clocks.observe(c.nodeID(), clockSample{reported: time.Unix(0, c.SentAt), leader: now, at: time.Now()})
 	}
-	in.ClusterNow, in.Known = n.lead.clusterNow(now)
+	in.ClusterNow, in.Known = ld.clusterNow(now)
 	var d leaderOut
 	n.fsm.view(func(s *state) { d = leaderCheck(s, c, in) })
 	if d.Handoff {
 		select {
-		case n.handoff <- struct{}{}:
+		case ld.handoff <- struct{}{}:
 		default:
 		}
 	}
 	if d.Err != nil {
 		return result{}, d.Err
 	}
-	if err := n.lead.contested(d); err != nil {
+	if err := ld.contested(d); err != nil {
 		return result{}, err
 	}
 	d.Answer.ClusterID = n.ident.ownCluster()
 	if !d.Propose {
 		return d.Answer, nil
 	}
-	r, _, err := n.lead.raftApply(ctx, d.Cmd)
+	r, _, err := ld.raftApply(ctx, d.Cmd)
 	return leaderAnswer(d, r), err
 }
 
@@ -226,7 +226,7 @@ func (ld *leader) contested(d leaderOut) error {
 	if !d.Propose || (d.Cmd.Type != cmdClaim && d.Cmd.Type != cmdReserve) {
 		return nil
 	}
-	if hold := n.forkHold.Load(); hold != nil {
+	if hold := ld.forkHold.Load(); hold != nil {
 		return fmt.Errorf("%w: %s", ErrNotReady, *hold)
 	}
 	id, slot := d.Cmd.nodeID(), -1
@@ -239,11 +239,11 @@ func (ld *leader) contested(d leaderOut) error {
 		n.fsm.view(func(s *state) { ok = slot >= len(s.Slots) || s.Slots[slot].HighWater >= upTo })
 		return ok
 	}
-	if p, ok := n.copies.contests(id, slot, now, fenced); ok {
+	if p, ok := n.ident.copies.contests(id, slot, now, fenced); ok {
 		return fmt.Errorf("%w: a copy of node %s's data dir still issues slot %d at %s; the slot waits until it stops and its "+
 			"windows are fenced", ErrNotReady, p.id, p.slot, p.addr)
 	}
-	if p, ok := n.foreign.contests(slot, now, n.cfg.contestMax); ok {
+	if p, ok := n.recon.foreign.contests(slot, now, n.cfg.contestMax); ok {
 		return fmt.Errorf("%w: node %s of cluster %s, which met this one, still issues slot %d; the slot waits until it stops "+
 			"and its windows are fenced", ErrNotReady, p.id, p.cluster, p.slot)
 	}
@@ -344,12 +344,12 @@ func (ld *leader) leaderRemove(ctx context.Context, id string) (int, error) {
 	if !inRaft && !inState {
 		return -1, fmt.Errorf("%w: %s is not in the cluster", ErrUnknownNode, id)
 	}
-	if voter && !n.lead.quorumSurvives(cf.Configuration(), id) {
+	if voter && !ld.quorumSurvives(cf.Configuration(), id) {
 		return -1, fmt.Errorf("%w: removing %s would leave fewer live voters than a quorum", ErrQuorum, id)
 	}
 	slot := -1
 	if inState {
-		r, _, err := n.lead.raftApply(ctx, command{Type: cmdRemove, NodeID: id})
+		r, _, err := ld.raftApply(ctx, command{Type: cmdRemove, NodeID: id})
 		if err != nil {
 			return -1, err
 		}
@@ -396,11 +396,11 @@ func (n *Node) Leave(ctx context.Context) error {
 	if !n.leaving.CompareAndSwap(false, true) {
 		return errors.New("already leaving")
 	}
-	if g := n.gen.Swap(nil); g != nil {
+	if g := n.agent.gen.Swap(nil); g != nil {
 		g.Revoke(errors.New("node is leaving"))
 		// A tenure that is no longer current needs no release: the slot
 		// moved on without it.
-		c := command{Type: cmdRelease, NodeID: n.id, Tenure: n.tenure.Load()}
+		c := command{Type: cmdRelease, NodeID: n.id, Tenure: n.agent.tenure.Load()}
 		if _, err := n.proposer.propose(ctx, c); err != nil && !errors.Is(err, ErrNotOwner) {
 			n.leaving.Store(false)
 			return fmt.Errorf("release slot: %w", err)
@@ -450,8 +450,7 @@ func retry(ctx context.Context, every time.Duration, f func() error) error {
 }
 
 func (ms *membership) otherVoters() int {
-	n := ms.n
-	return n.members.otherServersWhere(func(s raft.Server) bool { return s.Suffrage == raft.Voter })
+	return ms.otherServersWhere(func(s raft.Server) bool { return s.Suffrage == raft.Voter })
 }
 
 func (ms *membership) otherServers() int {

@@ -21,7 +21,7 @@ const bootstrapTick = 50 * time.Millisecond
 func (ms *membership) bootstrap() {
 	n := ms.n
 	if n.cfg.BootstrapExpect == 1 && len(n.cfg.Join) == 0 {
-		n.members.bootstrapWith([]raft.Server{{ID: raft.ServerID(n.id), Address: raft.ServerAddress(n.cfg.RaftAdvertise)}})
+		ms.bootstrapWith([]raft.Server{{ID: raft.ServerID(n.id), Address: raft.ServerAddress(n.cfg.RaftAdvertise)}})
 		return
 	}
 	tick := time.NewTicker(bootstrapTick)
@@ -34,7 +34,7 @@ func (ms *membership) bootstrap() {
 			return
 		case <-tick.C:
 		}
-		if n.members.partOfCluster() {
+		if ms.partOfCluster() {
 			return
 		}
 		var fresh []raft.Server
@@ -60,10 +60,10 @@ func (ms *membership) bootstrap() {
 		if n.cfg.BootstrapExpect > 1 && len(fresh) >= n.cfg.BootstrapExpect {
 			// Gossip alone puts no voter in the first configuration: only
 			// peers that answer over the authenticated transport count.
-			fresh = n.members.provenPeers(fresh, grpcOf, proved, refused)
+			fresh = ms.provenPeers(fresh, grpcOf, proved, refused)
 			if len(fresh) >= n.cfg.BootstrapExpect {
 				sort.Slice(fresh, func(i, j int) bool { return fresh[i].ID < fresh[j].ID })
-				n.members.bootstrapWith(fresh)
+				ms.bootstrapWith(fresh)
 				return
 			}
 		}
@@ -82,7 +82,7 @@ func (ms *membership) provenPeers(fresh []raft.Server, grpcOf, proved, refused m
 			probes[probeKey{id, grpcOf[id]}] = true
 		}
 	}
-	answers := n.members.probeAll(probes)
+	answers := ms.probeAll(probes)
 	var out []raft.Server
 	for _, s := range fresh {
 		id := string(s.ID)

@@ -147,7 +147,7 @@ func (ld *leader) clusterNow(own time.Time) (time.Time, bool) {
 		}
 	}
 	led := time.Duration(0)
-	if since := n.ledSince.Load(); since != 0 {
+	if since := ld.ledSince.Load(); since != 0 {
 		led = time.Since(time.Unix(0, since))
 	}
 	now := time.Now()
@@ -160,11 +160,11 @@ func (ld *leader) clusterNow(own time.Time) (time.Time, bool) {
 	for _, id := range others {
 		m, seen := members[id]
 		gone := seen && (m.State == MemberDead || m.State == MemberLeft)
-		if clockAwaited(len(n.clocks.byID([]string{id}, now, n.cfg.clockTTL)) > 0, gone, founded) {
+		if clockAwaited(len(ld.clocks.byID([]string{id}, now, n.cfg.clockTTL)) > 0, gone, founded) {
 			awaited++
 		}
 	}
-	est, quorum := clockQuorum(n.clocks.byID(others, now, n.cfg.clockTTL), awaited, led, n.cfg.clockTTL)
+	est, quorum := clockQuorum(ld.clocks.byID(others, now, n.cfg.clockTTL), awaited, led, n.cfg.clockTTL)
 	return clusterTime(own, est, quorum)
 }
 
@@ -179,7 +179,7 @@ func (ld *leader) unreportedVoters() []string {
 	var out []string
 	for _, s := range f.Configuration().Servers {
 		id := string(s.ID)
-		if s.Suffrage == raft.Voter && id != n.id && len(n.clocks.byID([]string{id}, time.Now(), n.cfg.clockTTL)) == 0 {
+		if s.Suffrage == raft.Voter && id != n.id && len(ld.clocks.byID([]string{id}, time.Now(), n.cfg.clockTTL)) == 0 {
 			out = append(out, id)
 		}
 	}
@@ -272,14 +272,14 @@ func (ld *leader) pollClocks(stop <-chan struct{}) {
 				voters = append(voters, string(s.ID))
 			}
 		}
-		n.clocks.retain(servers)
+		ld.clocks.retain(servers)
 		own := n.ident.ownCluster()
 		keys := map[probeKey]bool{}
 		heard := func(id string) time.Time {
-			if t := n.protocols.provenAt(id); t.Before(time.Now().Add(-protocolPollEvery)) {
+			if t := ld.protocols.provenAt(id); t.Before(time.Now().Add(-protocolPollEvery)) {
 				return time.Time{} // its range is due: ask it whatever it reported since
 			}
-			return n.clocks.heardSince(id)
+			return ld.clocks.heardSince(id)
 		}
 		for _, id := range clockPollTargets(voters, n.id, heard, time.Now(), clockPollEvery) {
 			if addr := n.members.grpcAddrOf(id); addr != "" {
@@ -290,9 +290,9 @@ func (ld *leader) pollClocks(stop <-chan struct{}) {
 			if a.err != nil || a.st.ID != k.id || a.st.ClusterID != own {
 				continue
 			}
-			n.protocols.prove(k.id, a.st.Protocols.orLegacy())
+			ld.protocols.prove(k.id, a.st.Protocols.orLegacy())
 			if s, ok := statusClock(k.id, own, a.st, n.clock.Now(), time.Now()); ok {
-				n.clocks.observe(k.id, s)
+				ld.clocks.observe(k.id, s)
 			}
 		}
 	}

@@ -222,17 +222,17 @@ func TestLeaderAnswersOnlyAfterBarrier(t *testing.T) {
 	a := tc.start("a")
 	waitReady(t, a)
 	st := a.Status()
-	c := command{Type: cmdReserve, NodeID: a.ID(), Slot: st.Slot, Tenure: a.tenure.Load(), UpTo: st.Granted + 1,
+	c := command{Type: cmdReserve, NodeID: a.ID(), Slot: st.Slot, Tenure: a.agent.tenure.Load(), UpTo: st.Granted + 1,
 		SentAt: time.Now().UnixNano(), ClusterID: a.ident.ownCluster()}
 	data, err := encodeCommand(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.leaderReady.Store(false) // as between winning the election and the Barrier
+	a.lead.leaderReady.Store(false) // as between winning the election and the Barrier
 	if _, err := a.ApplyForwarded(context.Background(), data); !errors.Is(err, ErrLeaderNotReady) {
 		t.Fatalf("before the barrier: %v, want %v", err, ErrLeaderNotReady)
 	}
-	a.leaderReady.Store(true)
+	a.lead.leaderReady.Store(true)
 	if _, err := a.ApplyForwarded(context.Background(), data); err != nil {
 		t.Fatalf("after the barrier: %v", err)
 	}

@@ -207,7 +207,7 @@ func (rc *reconciler) proveForeign(own string) []foreignProof {
 	if n.rs.raft.State() == raft.Leader {
 		servers = n.members.configServers()
 	}
-	b := &n.foreign
+	b := &rc.foreign
 	b.mu.Lock()
 	for id, m := range n.gossip.snapshot() {
 		_, listed := servers[id]

@@ -123,27 +123,27 @@ func (b *foreignBook) forkVerdict(mine forkSide, led time.Time, confirm time.Dur
 func (rc *reconciler) checkForks() {
 	n := rc.n
 	if n.Conflict() != nil || n.rs.raft.State() != raft.Leader {
-		n.forkHold.Store(nil)
+		n.lead.forkHold.Store(nil)
 		return
 	}
 	now := time.Now()
-	for _, p := range n.copies.copies() {
+	for _, p := range n.ident.copies.copies() {
 		if p.serving && now.Sub(p.at) < foreignConflictTTL {
-			n.copyServed = now
+			rc.copyServed = now
 		}
 	}
-	led := n.ledSince.Load()
-	if now.Sub(n.copyServed) < foreignConflictTTL || led == 0 {
-		n.forkHold.Store(nil)
+	led := n.lead.ledSince.Load()
+	if now.Sub(rc.copyServed) < foreignConflictTTL || led == 0 {
+		n.lead.forkHold.Store(nil)
 		return
 	}
 	mine := forkSide{voters: n.members.voters(), history: n.ident.history(), leaderID: n.id, leaderAddr: n.cfg.RaftAdvertise}
-	b := &n.foreign
+	b := &rc.foreign
 	b.mu.Lock()
 	lose, stop, losing := b.forkVerdict(mine, time.Unix(0, led), forkConfirm, now)
 	b.mu.Unlock()
 	if !losing {
-		n.forkHold.Store(nil)
+		n.lead.forkHold.Store(nil)
 		return
 	}
 	if stop {
@@ -152,7 +152,7 @@ func (rc *reconciler) checkForks() {
 	}
 	hold := fmt.Sprintf("node %s at %s serves another raft group of this cluster ID that outranks this one (%d voters against %d): "+
 		"this leader grants nothing until the two are settled (this group stops, or the other)", lose.id, lose.addr, lose.voters, mine.voters)
-	n.forkHold.Store(&hold)
+	n.lead.forkHold.Store(&hold)
 }
 
 // forkAdvice is the reason a leader gives when its Raft group ranks lower

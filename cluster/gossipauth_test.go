@@ -93,7 +93,7 @@ func startIntruder(t *testing.T, like Config, name, advertise string, md meta) *
 func (tc *testCluster) sweeps() uint64 {
 	var n uint64
 	for _, s := range tc.liveSpecs() {
-		n += s.node.sweeps.Load()
+		n += s.node.recon.sweeps.Load()
 	}
 	return n
 }
@@ -146,7 +146,7 @@ func TestGossipOnlyMemberIsNeverInRaft(t *testing.T) {
 	leader := leaderNode(t, tc, "a", "b", "c")
 	own := leader.ident.ownCluster()
 	var created int64
-	if id := leader.identity.Load(); id != nil {
+	if id := leader.ident.identity.Load(); id != nil {
 		created = id.Created
 	}
 	fakeRaft := func() string { return fmt.Sprintf("127.0.0.1:%d", harness.NextPort(t)) }

@@ -69,7 +69,7 @@ func (iw *identityWatch) trackIdentity() {
 	if fromState.ID == "" {
 		return
 	}
-	if cur := n.identity.Load(); cur != nil && *cur == fromState {
+	if cur := iw.identity.Load(); cur != nil && *cur == fromState {
 		return
 	} else if cur != nil {
 		n.logger.Error("the replicated state names another cluster than the data dir; following the state",
@@ -79,7 +79,7 @@ func (iw *identityWatch) trackIdentity() {
 		n.logger.Error("persist cluster identity", "err", err)
 		return
 	}
-	n.identity.Store(&fromState)
+	iw.identity.Store(&fromState)
 	n.gossip.updateMeta(func(m *meta) { m.ClusterID, m.Created = fromState.ID, fromState.Created })
 	n.logger.Info("cluster identity", "cluster", fromState.String())
 }
@@ -149,11 +149,11 @@ func (iw *identityWatch) history() uint64 {
 // have issued (fenceForeign) and keeps serving. Either side exports it.
 func (iw *identityWatch) checkConflict() {
 	n := iw.n
-	own := n.identity.Load()
+	own := iw.identity.Load()
 	if own == nil {
 		return
 	}
-	mine := clusterAge{identity: *own, history: n.ident.history(), serving: n.members.leaderKnown()}
+	mine := clusterAge{identity: *own, history: iw.history(), serving: n.members.leaderKnown()}
 	others := map[string]clusterAge{}
 	via := map[string]foreignProof{}
 	now := time.Now()
@@ -182,16 +182,16 @@ func (iw *identityWatch) checkConflict() {
 			m = gm
 		}
 		wins := mine.outranks(other)
-		if _, seen := n.conflicts.LoadOrStore(id, other.identity); !seen {
+		if _, seen := iw.conflicts.LoadOrStore(id, other.identity); !seen {
 			n.logger.Error("met a member of another cluster", "own_cluster", mine.String(), "other_cluster", other.String(),
 				"member", m.Meta.Name, "gossip_addr", m.Addr, "own_keeps_serving", wins)
 		}
-		if wins || n.conflict.Load() != nil {
+		if wins || iw.conflict.Load() != nil {
 			continue
 		}
 		// The agent sees the reason, revokes the generator and claims no more.
 		reason := conflictAdvice(mine, other, m.Meta.Name, m.Addr)
-		n.conflict.Store(&reason)
+		iw.conflict.Store(&reason)
 		n.logger.Error("stopping issuing: " + n.Conflict().Error())
 	}
 }
@@ -217,7 +217,7 @@ func conflictAdvice(mine, other clusterAge, name, addr string) string {
 // the moment its Init entry is applied.
 func (iw *identityWatch) ownCluster() string {
 	n := iw.n
-	if id := n.identity.Load(); id != nil {
+	if id := iw.identity.Load(); id != nil {
 		return id.ID
 	}
 	var own string

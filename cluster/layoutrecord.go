@@ -84,11 +84,10 @@ func (lv *logView) stateLayout() (generator.Layout, bool) {
 // clusterLayout is the cluster's layout as far as this node knows it: its
 // replica's, else the one its data dir recorded in an earlier run.
 func (lv *logView) clusterLayout() (generator.Layout, bool) {
-	n := lv.n
-	if l, ok := n.log.stateLayout(); ok {
+	if l, ok := lv.stateLayout(); ok {
 		return l, true
 	}
-	if r := n.recorded.Load(); r != nil {
+	if r := lv.recorded.Load(); r != nil {
 		return *r, true
 	}
 	return generator.Layout{}, false
@@ -98,11 +97,11 @@ func (lv *logView) clusterLayout() (generator.Layout, bool) {
 // Only the agent calls it (through trackIdentity), so writes never race.
 func (lv *logView) trackLayout() {
 	n := lv.n
-	l, ok := n.log.stateLayout()
+	l, ok := lv.stateLayout()
 	if !ok {
 		return
 	}
-	if r := n.recorded.Load(); r != nil && *r == l {
+	if r := lv.recorded.Load(); r != nil && *r == l {
 		return
 	} else if r != nil {
 		n.logger.Error("the log's first entry records another layout than the data dir; following the log",
@@ -116,7 +115,7 @@ func (lv *logView) trackLayout() {
 		n.logger.Error("persist cluster layout", "err", err)
 		return
 	}
-	n.recorded.Store(&l)
+	lv.recorded.Store(&l)
 	n.gossip.updateMeta(func(m *meta) { m.Layout = l.String() })
 	n.logger.Info("cluster layout", "layout", l.String())
 }

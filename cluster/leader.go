@@ -73,7 +73,7 @@ func (ld *leader) monitorLeadership() {
 				stop, done = make(chan struct{}), make(chan struct{})
 				go func(stop, done chan struct{}) {
 					defer close(done)
-					n.lead.leaderLoop(stop)
+					ld.leaderLoop(stop)
 				}(stop, done)
 			} else if !isLeader {
 				stopLeader()
@@ -92,8 +92,8 @@ func (ld *leader) leaderLoop(stop chan struct{}) {
 	n := ld.n
 	n.logger.Info("gained leadership")
 	defer n.logger.Info("lost leadership")
-	defer n.leaderReady.Store(false)
-	n.leaderState = newLeaderState()
+	defer ld.leaderReady.Store(false)
+	n.recon.leaderState = newLeaderState()
 	for {
 		if err := n.rs.raft.Barrier(applyTimeout).Error(); err == nil {
 			break
@@ -106,12 +106,12 @@ func (ld *leader) leaderLoop(stop chan struct{}) {
 		case <-time.After(time.Second):
 		}
 	}
-	n.leaderReady.Store(true)
-	n.ledSince.Store(time.Now().UnixNano())
-	defer n.ledSince.Store(0)
+	ld.leaderReady.Store(true)
+	ld.ledSince.Store(time.Now().UnixNano())
+	defer ld.ledSince.Store(0)
 	pollStop := make(chan struct{})
 	defer close(pollStop)
-	go n.lead.pollClocks(pollStop)
+	go ld.pollClocks(pollStop)
 	// Until the Init entry is applied every Claim is refused, so a failed
 	// establish (a slow disk, a commit timeout) is retried with backoff for as
 	// long as this node leads; it is never left to a leadership change.
@@ -120,8 +120,8 @@ func (ld *leader) leaderLoop(stop chan struct{}) {
 		wait      time.Duration
 	)
 	establish := func() (handedOff bool) {
-		err := n.lead.establish()
-		if errors.Is(err, errFounderClock) && n.lead.handOffToClusterTime() {
+		err := ld.establish()
+		if errors.Is(err, errFounderClock) && ld.handOffToClusterTime() {
 			return true
 		}
 		var again bool
@@ -143,13 +143,13 @@ func (ld *leader) leaderLoop(stop chan struct{}) {
 	for {
 		n.recon.reconcile()
 		n.recon.fenceForeign()
-		if n.lead.leaderClockIsOutlier() || n.lead.leaderProtocolIsOdd() {
+		if ld.leaderClockIsOutlier() || ld.leaderProtocolIsOdd() {
 			return
 		}
 		// A member whose probe failed is asked again when its backoff ends,
 		// not only on the next sweep.
 		var wake <-chan time.Time
-		if w := n.leaderState.wake; !w.IsZero() {
+		if w := n.recon.leaderState.wake; !w.IsZero() {
 			wake = time.After(max(time.Until(w), 0))
 		}
 		select {
@@ -158,8 +158,8 @@ func (ld *leader) leaderLoop(stop chan struct{}) {
 		case <-tick.C:
 		case <-n.gossip.events:
 		case <-wake:
-		case <-n.handoff:
-			if n.lead.leaderClockIsOffClusterTime() {
+		case <-ld.handoff:
+			if ld.leaderClockIsOffClusterTime() {
 				return
 			}
 		case <-retryInit:
@@ -204,11 +204,11 @@ func (ld *leader) establish() error {
 		return nil
 	}
 	now := n.clock.Now()
-	ct, known := n.lead.clusterNow(now)
+	ct, known := ld.clusterNow(now)
 	if err := founderCheck(n.cfg.bootstrapLayout(), now, ct, known, n.cfg.MaxSkew); err != nil {
 		if errors.Is(err, errAwaitingClocks) {
 			err = fmt.Errorf("%w (not heard from: %s; a release before protocol 2 reports no clock before Init: "+
-				"found a cluster with nodes of one release)", err, strings.Join(n.lead.unreportedVoters(), ", "))
+				"found a cluster with nodes of one release)", err, strings.Join(ld.unreportedVoters(), ", "))
 		}
 		return err
 	}
@@ -216,7 +216,7 @@ func (ld *leader) establish() error {
 	if _, err := rand.Read(b[:]); err != nil {
 		return err
 	}
-	_, _, err := n.lead.raftApply(context.Background(), initCommand(n.cfg.bootstrapLayout(), hex.EncodeToString(b[:]), ct, n.cfg.MaxAhead))
+	_, _, err := ld.raftApply(context.Background(), initCommand(n.cfg.bootstrapLayout(), hex.EncodeToString(b[:]), ct, n.cfg.MaxAhead))
 	return err
 }
 
@@ -245,9 +245,9 @@ func founderCheck(l generator.Layout, now, ct time.Time, known bool, maxSkew tim
 // Raft picks; it reports whether leadership moved.
 func (ld *leader) handOffToClusterTime() bool {
 	n := ld.n
-	ct, _ := n.lead.clusterNow(n.clock.Now())
+	ct, _ := ld.clusterNow(n.clock.Now())
 	f := n.rs.raft.LeadershipTransfer
-	if id, addr, ok := n.lead.inStepVoter(ct); ok {
+	if id, addr, ok := ld.inStepVoter(ct); ok {
 		f = func() raft.Future { return n.rs.raft.LeadershipTransferToServer(id, addr) }
 	}
 	if n.members.otherVoters() == 0 {
@@ -274,7 +274,7 @@ func (ld *leader) handOffToClusterTime() bool {
 // (reconcile.go); this gathers their inputs, probes, and carries them out.
 func (rc *reconciler) reconcile() {
 	n := rc.n
-	defer n.sweeps.Add(1)
+	defer rc.sweeps.Add(1)
 	// A leader whose cluster is outranked by another it meets in gossip
 	// changes no membership: it would race the other cluster's leader for
 	// the same fresh nodes, and a fresh node's log would mix both clusters.
@@ -313,20 +313,20 @@ func (rc *reconciler) reconcile() {
 			}
 		}
 	})
-	ls := &n.leaderState
+	ls := &rc.leaderState
 	probes, gone := ls.sweepProbes(v)
 	// A sweep waits at most one probeTimeout per probeParallel members it
 	// asks, and members that failed are asked again only after a backoff.
 	answers := n.members.probeAll(probes)
 	for _, a := range ls.sweepActions(v, gone, answers) {
-		n.recon.memberAct(a, v.Now)
+		rc.memberAct(a, v.Now)
 	}
 }
 
 // memberAct carries out one of sweepActions' decisions.
 func (rc *reconciler) memberAct(a memberAction, now time.Time) {
 	n := rc.n
-	ls := &n.leaderState
+	ls := &rc.leaderState
 	readd := func(voter bool) error {
 		add := n.rs.raft.AddNonvoter
 		if voter {
@@ -342,7 +342,7 @@ func (rc *reconciler) memberAct(a memberAction, now time.Time) {
 			n.logger.Info("updated own raft address", "from", a.Why, "to", a.Addr)
 		}
 	case actReap:
-		n.recon.reap(a.ID, a.Why)
+		rc.reap(a.ID, a.Why)
 	case actRefuse:
 		n.members.refuse(a.ID, a.Name, a.Why, a.Err)
 	case actNote:
@@ -383,7 +383,7 @@ func (rc *reconciler) reap(id, why string) {
 		n.logger.Warn("reap", "id", id, "reason", why, "err", err)
 		return
 	}
-	n.leaderState.reaped(id)
+	rc.leaderState.reaped(id)
 	n.logger.Info("reaped node", "id", id, "reason", why, "freed_slot", slot)
 }
 
@@ -394,7 +394,7 @@ func (rc *reconciler) reap(id, why string) {
 func (ld *leader) leaderClockIsOffClusterTime() bool {
 	n := ld.n
 	now := n.clock.Now()
-	ct, known := n.lead.clusterNow(now)
+	ct, known := ld.clusterNow(now)
 	off := now.Sub(ct)
 	if !known || (off <= n.cfg.MaxSkew && off >= -n.cfg.MaxSkew) {
 		return false
@@ -404,7 +404,7 @@ func (ld *leader) leaderClockIsOffClusterTime() bool {
 	// To a voter whose clock agrees with the cluster's time if one is known:
 	// left to Raft, the most caught-up follower may be another wrong clock.
 	f := n.rs.raft.LeadershipTransfer
-	if id, addr, ok := n.lead.inStepVoter(ct); ok {
+	if id, addr, ok := ld.inStepVoter(ct); ok {
 		f = func() raft.Future { return n.rs.raft.LeadershipTransferToServer(id, addr) }
 	}
 	if err := f().Error(); err != nil {
@@ -430,7 +430,7 @@ func (ld *leader) inStepVoter(ct time.Time) (raft.ServerID, raft.ServerAddress, 
 		if s.Suffrage != raft.Voter || string(s.ID) == n.id {
 			continue
 		}
-		est := n.clocks.byID([]string{string(s.ID)}, time.Now(), n.cfg.clockTTL)
+		est := ld.clocks.byID([]string{string(s.ID)}, time.Now(), n.cfg.clockTTL)
 		if len(est) == 0 {
 			continue
 		}
@@ -469,7 +469,7 @@ func (ld *leader) leaderProtocolIsOdd() bool {
 // room. It returns true when leadership was handed off.
 func (ld *leader) leaderClockIsOutlier() bool {
 	n := ld.n
-	off, within := n.clocks.recent(n.id, 5*time.Second, n.cfg.MaxSkew, time.Now())
+	off, within := ld.clocks.recent(n.id, 5*time.Second, n.cfg.MaxSkew, time.Now())
 	if off < 2 || off <= within {
 		return false
 	}
@@ -479,7 +479,7 @@ func (ld *leader) leaderClockIsOutlier() bool {
 		n.logger.Warn("leadership transfer", "err", err)
 		return false
 	}
-	n.clocks.reset()
+	ld.clocks.reset()
 	return true
 }
 
@@ -513,7 +513,7 @@ func (rc *reconciler) fenceForeign() {
 	}
 	// Copies of this node's data dir that stopped are fenced like another
 	// cluster (twins.go): their log granted windows this one never saw.
-	proofs := append(n.recon.proveForeign(own), n.copies.copies()...)
+	proofs := append(rc.proveForeign(own), n.ident.copies.copies()...)
 	for _, f := range foreignFences(proofs, layout) {
 		if f.otherLayout {
 			n.peerLog.Refused("fence:"+f.foreign, "not fencing a window of another cluster of another layout: its IDs "+

@@ -83,7 +83,7 @@ func (lv *logView) lastCommand() *appliedEntry {
 	if e := n.fsm.lastCommand.Load(); e != nil {
 		return e
 	}
-	return n.appliedSaved.Load()
+	return lv.appliedSaved.Load()
 }
 
 // appliedFile records the last command entry this replica applied, as
@@ -115,7 +115,7 @@ func readApplied(dataDir string) (*appliedEntry, error) {
 func (lv *logView) saveApplied() {
 	n := lv.n
 	e := n.fsm.lastCommand.Load()
-	if e == nil || e == n.appliedSaved.Load() {
+	if e == nil || e == lv.appliedSaved.Load() {
 		return
 	}
 	path := filepath.Join(n.cfg.DataDir, appliedFile)
@@ -123,7 +123,7 @@ func (lv *logView) saveApplied() {
 		n.logger.Warn("record the last applied entry in the data dir", "path", path, "err", err)
 		return
 	}
-	n.appliedSaved.Store(e)
+	lv.appliedSaved.Store(e)
 }
 
 // voters counts the voters of this node's Raft configuration.

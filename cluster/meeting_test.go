@@ -58,7 +58,7 @@ func TestMeetingFencesAHeldSlot(t *testing.T) {
 	if hw := d.Status().Granted; hw < young.Granted {
 		t.Fatalf("d's window ends at %d, below the young cluster's %d: the sequence under test needs it above", hw, young.Granted)
 	}
-	tenure := d.tenure.Load()
+	tenure := d.agent.tenure.Load()
 	// A batch d mints in that tenure and does not hand out, as its prefetch
 	// buffer holds them: once the fence ends the tenure it is withdrawn (a
 	// buffer that kept it could hand out the young cluster's IDs; the
@@ -72,15 +72,15 @@ func TestMeetingFencesAHeldSlot(t *testing.T) {
 	}
 	harness.WaitFor(t, 20*time.Second, "the wiped seed to stop", func() bool { return wiped.Conflict() != nil })
 	// The fence ends d's tenure; d claims again above the young window.
-	fenced := harness.Eventually(20*time.Second, func() bool { return d.tenure.Load() != tenure && d.Status().Floor >= young.Granted })
+	fenced := harness.Eventually(20*time.Second, func() bool { return d.agent.tenure.Load() != tenure && d.Status().Floor >= young.Granted })
 	if !fenced {
-		t.Errorf("the meeting did not end d's tenure %d (now %d, floor %d; the young window ends at %d)", tenure, d.tenure.Load(), d.Status().Floor, young.Granted)
+		t.Errorf("the meeting did not end d's tenure %d (now %d, floor %d; the young window ends at %d)", tenure, d.agent.tenure.Load(), d.Status().Floor, young.Granted)
 	}
 	if !d.Withdrawn(held[0]) || !d.Withdrawn(held[len(held)-1]) {
 		t.Errorf("the batch d minted in its fenced tenure %d is not withdrawn", tenure)
 	}
 	if fresh := tc.mint(d, 1); d.Withdrawn(fresh[0]) {
-		t.Errorf("an ID of d's new tenure %d is withdrawn", d.tenure.Load())
+		t.Errorf("an ID of d's new tenure %d is withdrawn", d.agent.tenure.Load())
 	}
 	// d serves at real time's pace until real time has passed the young
 	// cluster's window: a duplicate fails the test in tc.issue.
@@ -287,7 +287,7 @@ func TestMeetingFencesEverySlotTheOtherLogGranted(t *testing.T) {
 		return y2.Status().GrantedWindows[0] >= young
 	})
 	tc.stop("y1")
-	tenure := a.tenure.Load()
+	tenure := a.agent.tenure.Load()
 	if _, err := y2.Join([]string{tc.specs["b"].cfg.GossipAddr}); err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +295,7 @@ func TestMeetingFencesEverySlotTheOtherLogGranted(t *testing.T) {
 	harness.WaitFor(t, 20*time.Second, "slot 0 fenced above the younger log's window", func() bool {
 		var hw int64
 		a.fsm.view(func(s *state) { hw = s.Slots[0].HighWater })
-		return hw >= young && a.tenure.Load() != tenure
+		return hw >= young && a.agent.tenure.Load() != tenure
 	})
 	waitReady(t, a)
 	tc.issue(a, 2048)

@@ -255,51 +255,9 @@ type Node struct {
 	gossipOpen atomic.Pointer[gossip]
 	hosts      atomic.Pointer[hostSet]
 
-	gen atomic.Pointer[generator.Generator]
-	// tenure is the claim the generator belongs to; only the agent writes
-	// both, tenure before gen.
-	tenure atomic.Uint64
-	// minted is the tenure and slot the latest generator mints under, and
-	// withdrawn what ended tenures of this process leave behind (withdraw.go).
-	minted      atomic.Pointer[mintedTenure]
-	withdrawn   withdrawals
-	leaderReady atomic.Bool  // this node leads and has passed its Barrier
-	lastGrant   atomic.Int64 // when followLog last raised the window to a grant its replica applied, Unix ns
-	// window is the last window a generator of this node held, for gossip
-	// and Status.
-	window atomic.Pointer[heldWindow]
-	// foreign: what members of other clusters proved of themselves.
-	foreign foreignBook
-	// copies: processes running this node's identity elsewhere (twins.go);
 	// started: when this process started, Unix ns.
-	copies  twinBook
 	started int64
-	// recorded is the layout the data dir records for the node's cluster
-	// (nil until its log's first entry has been seen; layoutrecord.go).
-	recorded atomic.Pointer[generator.Layout]
-
-	identity   atomic.Pointer[identity] // the cluster this node belongs to, once known
-	conflict   atomic.Pointer[string]   // set for good once an older cluster is met
-	conflicts  sync.Map                 // other clusters met: ID -> identity
-	reason     reasonText               // why this node is not ready ("" when it is)
-	skew       atomic.Int64             // this node's clock minus the cluster's time (else the leader's clock) in its last accepted reserve answer, ns
-	leaderSeen atomic.Int64             // when a leader was last known, Unix ns
-
-	leaderState leaderState
-	clocks      clockBook  // the nodes' latest clock reports, while leading
-	protocols   provenBook // the servers' proven protocol ranges, while leading
-	// ledSince is when this node last gained leadership (Unix ns, 0 while
-	// it does not lead): a voter silent for clockTTL since then is absent.
-	ledSince atomic.Int64
-	// copyServed: when checkForks last saw a proven copy serve (only the
-	// housekeeping goroutine reads and writes it).
-	copyServed time.Time
-	// forkHold: while set, this leader's group ranks below another group
-	// of its cluster ID, and it grants no Claim or Reserve (forks.go).
-	forkHold atomic.Pointer[string]
-	// handoff asks the leader loop to hand leadership on (its clock is off
-	// the cluster's time).
-	handoff chan struct{}
+	reason  reasonText // why this node is not ready ("" when it is)
 
 	shutdownOnce sync.Once
 	shutdownCh   chan struct{}
@@ -318,22 +276,10 @@ type Node struct {
 	doors *door.Counts
 	wg    sync.WaitGroup
 
-	// appliedSaved is the last applied command entry recorded in the data
-	// dir (logmatch.go), nil for none.
-	appliedSaved atomic.Pointer[appliedEntry]
-	// copyChecks counts checkCopies' rounds (tests).
-	copyChecks atomic.Uint64
-	// sweeps counts the reconcile sweeps this node ran as leader (tests).
-	sweeps atomic.Uint64
-
 	// peerLog logs refused peers' commands and answers, and notReady the
 	// changes of this node's not-ready reason, each at a bounded rate.
-	peerLog    *door.RateLog
-	notReady   *door.RateLog
-	lastReason string // housekeeping's last logged reason kind
-	// odd is protocolOdd as housekeeping last found it (every second), so
-	// that Ready, on every call's path, reads no Raft configuration.
-	odd atomic.Pointer[string]
+	peerLog  *door.RateLog
+	notReady *door.RateLog
 }
 
 // Open starts a node: it opens the data dir, Raft and gossip, and starts the
@@ -367,32 +313,32 @@ func Open(cfg Config) (*Node, error) {
 		fsm:        newFSM(),
 		started:    time.Now().UnixNano(),
 		shutdownCh: make(chan struct{}),
-		handoff:    make(chan struct{}, 1),
 		peerLog:    door.NewRateLog(logger, peerLogEvery),
 		notReady:   door.NewRateLog(logger, peerLogEvery),
 	}
 	n.agent.n, n.lead.n, n.recon.n, n.members.n, n.ident.n = n, n, n, n, n
 	n.versions.n, n.log.n, n.proposer.n, n.house.n = n, n, n, n
+	n.lead.handoff = make(chan struct{}, 1)
 	n.fsm.afterApply = n.agent.stopIfEnded
-	n.foreign.init()
+	n.recon.foreign.init()
 	if reason, err := stoppedBefore(cfg.DataDir); err != nil {
 		return nil, err
 	} else if reason != "" {
-		n.conflict.Store(&reason)
+		n.ident.conflict.Store(&reason)
 	}
 	applied, err := readApplied(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
 	n.reason.set("starting")
-	n.recorded.Store(recorded)
+	n.log.recorded.Store(recorded)
 	local := meta{
 		Name: cfg.Name, GRPCAddr: cfg.GRPCAddr, RaftAddr: cfg.RaftAdvertise, HTTPAddr: cfg.HTTPAddr,
 		Version: cfg.Version, Revision: shortRevision(cfg.Revision), Expect: cfg.BootstrapExpect,
 		PMin: cfg.protocols.Min, PMax: cfg.protocols.Max,
 	}
 	if known != nil {
-		n.identity.Store(known)
+		n.ident.identity.Store(known)
 		local.ClusterID, local.Created = known.ID, known.Created
 	}
 	if recorded != nil {
@@ -415,8 +361,8 @@ func Open(cfg Config) (*Node, error) {
 		logger.Warn("ignoring the applied-entry record: the data dir holds no raft state", "file", filepath.Join(cfg.DataDir, appliedFile))
 		applied = nil
 	}
-	n.appliedSaved.Store(applied)
-	n.gossip, err = openGossip(&n.cfg, id, local, n.doors, logger, func(grpcAddr string) { n.copies.sighted(grpcAddr, time.Now()) }, n.ServerHost)
+	n.log.appliedSaved.Store(applied)
+	n.gossip, err = openGossip(&n.cfg, id, local, n.doors, logger, func(grpcAddr string) { n.ident.copies.sighted(grpcAddr, time.Now()) }, n.ServerHost)
 	if err != nil {
 		n.rs.close()
 		return nil, err
@@ -425,7 +371,7 @@ func Open(cfg Config) (*Node, error) {
 	logger.Info("node started", "id", id, "raft", cfg.RaftAdvertise, "gossip", cfg.GossipAdvertise,
 		"existing_state", n.rs.hadState, "bootstrap_expect", cfg.BootstrapExpect, "layout", n.Layout().String())
 
-	if n.conflict.Load() != nil {
+	if n.ident.conflict.Load() != nil {
 		logger.Error("stopped: " + n.Conflict().Error())
 		go n.ident.leaveRaftAsCopy()
 	}
@@ -463,7 +409,7 @@ func (n *Node) Close() error {
 	var err error
 	n.shutdownOnce.Do(func() {
 		close(n.shutdownCh)
-		if g := n.gen.Load(); g != nil {
+		if g := n.agent.gen.Load(); g != nil {
 			g.Revoke(ErrShutdown)
 		}
 		n.wg.Wait()
@@ -498,10 +444,10 @@ func (hk *housekeeper) housekeeping() {
 		n.recon.checkForks()
 		n.log.saveApplied()
 		odd := n.versions.protocolOdd() // off the serving path: Ready reads it
-		n.odd.Store(&odd)
-		n.house.logReadiness()
+		hk.odd.Store(&odd)
+		hk.logReadiness()
 		member := n.members.inRaftConfig(n.id)
-		skewMS := n.skew.Load() / int64(time.Millisecond)
+		skewMS := n.agent.skew.Load() / int64(time.Millisecond)
 		n.gossip.updateMeta(func(m *meta) {
 			m.Member = m.Member || member
 			m.SkewMS = skewMS / 100 * 100 // gossip only changes of 100 ms or more
@@ -529,10 +475,10 @@ func (hk *housekeeper) logReadiness() {
 	if ok {
 		kind = ""
 	}
-	if kind == n.lastReason {
+	if kind == hk.lastReason {
 		return
 	}
-	n.lastReason = kind
+	hk.lastReason = kind
 	if ok {
 		n.logger.Info("ready to issue")
 		return
@@ -576,10 +522,10 @@ func (n *Node) Ready() (bool, string) {
 	if err := n.Conflict(); err != nil {
 		return false, err.Error()
 	}
-	if r := n.odd.Load(); r != nil && *r != "" {
+	if r := n.house.odd.Load(); r != nil && *r != "" {
 		return false, *r
 	}
-	g := n.gen.Load()
+	g := n.agent.gen.Load()
 	if g == nil {
 		return false, n.reason.get()
 	}
@@ -595,7 +541,7 @@ func (n *Node) Ready() (bool, string) {
 	// for grantGrace (no leader, or a cluster's time too far behind the window
 	// for the leader's clamp to grant more) is taken out of its clients'
 	// balancers.
-	if g.Granted() <= g.Head() && time.Since(time.Unix(0, n.lastGrant.Load())) > grantGrace {
+	if g.Granted() <= g.Head() && time.Since(time.Unix(0, n.agent.lastGrant.Load())) > grantGrace {
 		waiting := "waiting for the leader to grant more"
 		if n.rs.raft.State() == raft.Leader {
 			waiting = "this node leads and grants only up to the cluster's time plus max-ahead, which needs the clocks of a " +
@@ -624,7 +570,7 @@ const aheadSlack = time.Second
 func (hk *housekeeper) windowAhead(g *generator.Generator) time.Duration {
 	n := hk.n
 	l := g.Layout()
-	clusterNow := n.clock.Now().Add(-time.Duration(n.skew.Load()))
+	clusterNow := n.clock.Now().Add(-time.Duration(n.agent.skew.Load()))
 	return l.Time(g.Granted() + 1).Sub(clusterNow)
 }
 
@@ -643,24 +589,23 @@ func (ms *membership) leaderKnown() bool {
 	n := ms.n
 	now := time.Now().UnixNano()
 	if _, id := n.rs.raft.LeaderWithID(); id != "" {
-		n.leaderSeen.Store(now)
+		ms.leaderSeen.Store(now)
 		return true
 	}
-	return now-n.leaderSeen.Load() < int64(leaderGrace)
+	return now-ms.leaderSeen.Load() < int64(leaderGrace)
 }
 
 // leaderWithin reports whether this node knew a Raft leader within d.
 func (ms *membership) leaderWithin(d time.Duration) bool {
-	n := ms.n
-	n.members.leaderKnown()
-	return time.Now().UnixNano()-n.leaderSeen.Load() < int64(d)
+	ms.leaderKnown()
+	return time.Now().UnixNano()-ms.leaderSeen.Load() < int64(d)
 }
 
 // Conflict is non-nil once this node met an older cluster: it then issues
 // nothing more, not even IDs it minted before (they may collide with the
 // older cluster's).
 func (n *Node) Conflict() error {
-	if c := n.conflict.Load(); c != nil {
+	if c := n.ident.conflict.Load(); c != nil {
 		return fmt.Errorf("%w: %s", ErrClusterConflict, *c)
 	}
 	return nil
@@ -671,7 +616,7 @@ func (n *Node) NextBatch(ctx context.Context, count int) ([]int64, int, error) {
 	if err := n.Conflict(); err != nil {
 		return nil, -1, err
 	}
-	g := n.gen.Load()
+	g := n.agent.gen.Load()
 	if g == nil {
 		return nil, -1, fmt.Errorf("%w: %s", ErrNotReady, n.reason.get())
 	}
@@ -750,7 +695,7 @@ func (n *Node) Status() Status {
 		AppliedIndex: n.rs.raft.AppliedIndex(), LastIndex: n.rs.raft.LastIndex(),
 		LastWindowSlot: -1,
 	}
-	if w := n.window.Load(); w != nil {
+	if w := n.agent.window.Load(); w != nil {
 		st.LastWindowSlot, st.LastWindowGranted = w.slot, w.granted
 	}
 	st.Layout, _ = n.log.clusterLayout()
@@ -758,7 +703,7 @@ func (n *Node) Status() Status {
 	st.LeaderID, st.LeaderAddr = string(id), string(addr)
 	st.ClusterID = n.ident.ownCluster()
 	st.Started = n.started
-	stopped := n.conflict.Load() != nil
+	stopped := n.ident.conflict.Load() != nil
 	st.Stopped = &stopped
 	if e := n.log.lastCommand(); e != nil {
 		st.AppliedCommand, st.AppliedCommandHash = e.index, e.hash
@@ -775,12 +720,12 @@ func (n *Node) Status() Status {
 		st.ConfiguredLayout, st.Datacenter = n.cfg.Layout, &dc
 	}
 	n.fsm.view(func(s *state) { st.GrantedWindows = s.grantedWindows() })
-	n.conflicts.Range(func(k, _ any) bool {
+	n.ident.conflicts.Range(func(k, _ any) bool {
 		st.ConflictingClusters = append(st.ConflictingClusters, k.(string))
 		return true
 	})
 	sort.Strings(st.ConflictingClusters)
-	if g := n.gen.Load(); g != nil {
+	if g := n.agent.gen.Load(); g != nil {
 		st.Slot, st.Granted, st.Cursor, st.Floor, st.IDsIssued = g.Slot(), g.Granted(), g.Cursor(), g.Floor(), g.Issued()
 	}
 	return st

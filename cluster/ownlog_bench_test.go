@@ -41,7 +41,7 @@ func BenchmarkGrantAnswerToLocalApply(b *testing.B) {
 	var rtt, lag time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		tenure := f.tenure.Load()
+		tenure := f.agent.tenure.Load()
 		var granted int64
 		slot := -1
 		f.fsm.view(func(s *state) {

@@ -61,7 +61,6 @@ type probeAnswer struct {
 // probeAll asks every key's address who it is, probeParallel at a time,
 // each within probeTimeout (sooner if the node shuts down).
 func (ms *membership) probeAll(keys map[probeKey]bool) map[probeKey]probeAnswer {
-	n := ms.n
 	out := make(map[probeKey]probeAnswer, len(keys))
 	if len(keys) == 0 {
 		return out
@@ -77,7 +76,7 @@ func (ms *membership) probeAll(keys map[probeKey]bool) map[probeKey]probeAnswer 
 		go func(k probeKey) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			st, err := n.members.probe(k.addr)
+			st, err := ms.probe(k.addr)
 			mu.Lock()
 			out[k] = probeAnswer{st, err}
 			mu.Unlock()
@@ -278,10 +277,10 @@ func (ms *membership) refuse(id, name, action string, err error) {
 		}
 	}
 	key := action + ": " + kind.Error()
-	if n.leaderState.refused[id] == key {
+	if n.recon.leaderState.refused[id] == key {
 		return
 	}
-	n.leaderState.refused[id] = key
+	n.recon.leaderState.refused[id] = key
 	if errors.Is(err, errProbeBehind) || errors.Is(err, errProbeLeaving) {
 		n.logger.Info(action, "id", id, "name", name, "reason", err)
 		return

@@ -194,7 +194,7 @@ func (b *provenBook) get(id string) (ProtocolRange, bool) {
 func (vv *versionView) clusterProtocol() (common ProtocolRange, running int, ok bool) {
 	n := vv.n
 	own := n.cfg.protocols
-	others, shared, any := n.versions.othersProtocol()
+	others, shared, any := vv.othersProtocol()
 	if !any {
 		return own, own.Max, true
 	}
@@ -224,7 +224,7 @@ func (vv *versionView) writeProtocol() int {
 		if string(s.ID) == n.id {
 			continue
 		}
-		r, ok := n.protocols.get(string(s.ID))
+		r, ok := n.lead.protocols.get(string(s.ID))
 		if !ok {
 			r = legacyProtocols
 		}
@@ -256,7 +256,7 @@ func (vv *versionView) othersProtocol() (common ProtocolRange, shared, any bool)
 		}
 		any = true
 		r := legacyProtocols
-		if pr, ok := n.protocols.get(id); ok {
+		if pr, ok := n.lead.protocols.get(id); ok {
 			r = pr // proven over the authenticated transport (a leader's polls)
 		} else if m, seen := members[id]; seen && m.Parsed {
 			r = m.Meta.protocols()
@@ -277,7 +277,7 @@ func (vv *versionView) othersProtocol() (common ProtocolRange, shared, any bool)
 // would refuse every forward it answers and grant nothing.
 func (vv *versionView) protocolOdd() string {
 	n := vv.n
-	others, shared, any := n.versions.othersProtocol()
+	others, shared, any := vv.othersProtocol()
 	if !any || !shared {
 		return ""
 	}

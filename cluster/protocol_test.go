@@ -211,7 +211,7 @@ func TestSilentVoterDoesNotStopTheLeader(t *testing.T) {
 			b := c.node("b").ID()
 			c.stop("b")
 			harness.WaitFor(t, 10*time.Second, "b's last clock report to be older than the TTL", func() bool {
-				return len(a.clocks.byID([]string{b}, time.Now(), a.cfg.clockTTL)) == 0
+				return len(a.lead.clocks.byID([]string{b}, time.Now(), a.cfg.clockTTL)) == 0
 			})
 			keepsGranting(t, c, a, 15*time.Second)
 			if ok, reason := a.Ready(); !ok {
@@ -245,8 +245,8 @@ func TestNodeThatShowsNothingIsNotPromoted(t *testing.T) {
 		return a.members.inRaftConfig(x.ID()) && a.members.inRaftConfig(y.ID())
 	})
 	for range 3 { // three sweeps at least, past the second a promotion waits
-		before := a.sweeps.Load()
-		harness.WaitFor(t, 10*time.Second, "a sweep", func() bool { return a.sweeps.Load() > before })
+		before := a.recon.sweeps.Load()
+		harness.WaitFor(t, 10*time.Second, "a sweep", func() bool { return a.recon.sweeps.Load() > before })
 	}
 	waitVoters(t, a, 1)
 	keepsGranting(t, tc, a, 20*time.Second)
@@ -271,7 +271,7 @@ func TestForwardOfAnUnspokenVersionChangesNothing(t *testing.T) {
 	a := tc.start("a")
 	waitReady(t, a)
 	st := a.Status()
-	c := command{Type: cmdReserve, NodeID: a.ID(), Slot: st.Slot, Tenure: a.tenure.Load(), UpTo: st.Granted + 100,
+	c := command{Type: cmdReserve, NodeID: a.ID(), Slot: st.Slot, Tenure: a.agent.tenure.Load(), UpTo: st.Granted + 100,
 		ClusterID: a.ident.ownCluster(), Protocol: ProtocolMax + 1}
 	data, err := encodeCommand(c)
 	if err != nil {
@@ -312,8 +312,8 @@ func TestJoinOfANodeTooNewIsRefused(t *testing.T) {
 		return strings.Contains(reason, "too new")
 	})
 	for range 3 { // three sweeps at least
-		before := a.sweeps.Load()
-		harness.WaitFor(t, 10*time.Second, "a sweep", func() bool { return a.sweeps.Load() > before })
+		before := a.recon.sweeps.Load()
+		harness.WaitFor(t, 10*time.Second, "a sweep", func() bool { return a.recon.sweeps.Load() > before })
 	}
 	if a.members.inRaftConfig(tooNew.ID()) {
 		t.Fatalf("the leader added a node that speaks only protocol %d", ProtocolMax+1)
@@ -358,16 +358,16 @@ func TestNodeThatCannotClaimIsNotAVoter(t *testing.T) {
 	waitReady(t, a)
 	dc, lay := tc.start("dc"), tc.start("lay")
 	for range 4 { // four sweeps at least, with both in gossip
-		before := a.sweeps.Load()
-		harness.WaitFor(t, 10*time.Second, "a sweep", func() bool { return a.sweeps.Load() > before })
+		before := a.recon.sweeps.Load()
+		harness.WaitFor(t, 10*time.Second, "a sweep", func() bool { return a.recon.sweeps.Load() > before })
 	}
 	harness.WaitFor(t, 10*time.Second, "both in a's gossip", func() bool {
 		m := a.gossip.snapshot()
 		return m[dc.ID()].State == MemberAlive && m[lay.ID()].State == MemberAlive
 	})
 	for range 2 {
-		before := a.sweeps.Load()
-		harness.WaitFor(t, 10*time.Second, "a sweep", func() bool { return a.sweeps.Load() > before })
+		before := a.recon.sweeps.Load()
+		harness.WaitFor(t, 10*time.Second, "a sweep", func() bool { return a.recon.sweeps.Load() > before })
 	}
 	for _, n := range []*Node{dc, lay} {
 		if a.members.inRaftConfig(n.ID()) {

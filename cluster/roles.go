@@ -1,5 +1,13 @@
 package cluster
 
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idgen/idgen/generator"
+)
+
 // The node's roles. Node builds them, starts them and answers the public
 // API; each role is a type with the methods of its concern, and reaches the
 // node's shared parts (its configuration, Raft, the replica, gossip, the
@@ -17,27 +25,71 @@ package cluster
 // leader is the leader's side: the leader loop (establish, hand-offs),
 // cluster time, and the guard in front of the log (handle, leaderApply,
 // raftApply, leaderRemove).
-type leader struct{ n *Node }
+type leader struct {
+	n           *Node
+	leaderReady atomic.Bool // this node leads and has passed its Barrier
+	clocks      clockBook   // the nodes' latest clock reports, while leading
+	protocols   provenBook  // the servers' proven protocol ranges, while leading
+	// ledSince is when this node last gained leadership (Unix ns, 0 while
+	// it does not lead): a voter silent for clockTTL since then is absent.
+	ledSince atomic.Int64
+	// forkHold: while set, this leader's group ranks below another group
+	// of its cluster ID, and it grants no Claim or Reserve (forks.go).
+	forkHold atomic.Pointer[string]
+	// handoff asks the leader loop to hand leadership on (its clock is off
+	// the cluster's time).
+	handoff chan struct{}
+}
 
 // reconciler is the leader's sweeps: members added, promoted, reaped and
 // removed, foreign clusters fenced, forks held.
-type reconciler struct{ n *Node }
+type reconciler struct {
+	n           *Node
+	leaderState leaderState // the sweeps' bookkeeping, new with each leadership
+	// foreign: what members of other clusters proved of themselves.
+	foreign foreignBook
+	// copyServed: when checkForks last saw a proven copy serve (only the
+	// housekeeping goroutine reads and writes it).
+	copyServed time.Time
+	// sweeps counts the reconcile sweeps this node ran as leader (tests).
+	sweeps atomic.Uint64
+}
 
 // membership is who is in the cluster: the Raft configuration's views,
 // the probes of members over the authenticated transport, and bootstrap.
-type membership struct{ n *Node }
+type membership struct {
+	n          *Node
+	leaderSeen atomic.Int64 // when a leader was last known, Unix ns
+}
 
 // identityWatch is which cluster this node belongs to and who else runs
 // its identity: its cluster's identity and history, conflicts with other
 // clusters, copies of its data dir.
-type identityWatch struct{ n *Node }
+type identityWatch struct {
+	n         *Node
+	identity  atomic.Pointer[identity] // the cluster this node belongs to, once known
+	conflict  atomic.Pointer[string]   // set for good once an older cluster is met
+	conflicts sync.Map                 // other clusters met: ID -> identity
+	// copies: processes running this node's identity elsewhere (twins.go).
+	copies twinBook
+	// copyChecks counts checkCopies' rounds (tests).
+	copyChecks atomic.Uint64
+}
 
 // versionView is the protocol versions the cluster and this node speak.
 type versionView struct{ n *Node }
 
 // logView reads what the local log and data dir record: the layout, the
 // last applied command.
-type logView struct{ n *Node }
+type logView struct {
+	n *Node
+	// recorded is the layout the data dir records for the node's cluster
+	// (nil until its log's first entry has been seen; layoutrecord.go).
+	recorded atomic.Pointer[generator.Layout]
+	// appliedSaved is the last applied command entry recorded in the data
+	// dir (logmatch.go), nil for none.
+	appliedSaved atomic.Pointer[appliedEntry]
+}
 
 // proposer is the follower's half of a command's way to the log: routed to
 // this node's leader side or forwarded to the leader.
@@ -45,4 +97,10 @@ type proposer struct{ n *Node }
 
 // housekeeper is the node's once-a-second chores: join retries, gossip
 // metadata, readiness and its log line.
-type housekeeper struct{ n *Node }
+type housekeeper struct {
+	n          *Node
+	lastReason string // the last logged reason kind
+	// odd is protocolOdd as housekeeping last found it (every second), so
+	// that Ready, on every call's path, reads no Raft configuration.
+	odd atomic.Pointer[string]
+}

@@ -37,15 +37,15 @@ func (iw *identityWatch) stopForGood(reason string, leave bool, tell ...string) 
 	if err := writeFileSync(path, []byte(reason+"\n")); err != nil {
 		n.logger.Error("record in the data dir that this process stopped", "path", path, "err", err)
 	}
-	n.conflict.Store(&reason)
+	iw.conflict.Store(&reason)
 	n.logger.Error("stopping issuing: " + n.Conflict().Error())
-	members := n.ident.groupGRPCAddrs()
+	members := iw.groupGRPCAddrs()
 	go func() {
 		for _, about := range tell {
-			n.ident.tellAll(members, about)
+			iw.tellAll(members, about)
 		}
 		if leave {
-			n.ident.leaveRaftAsCopy()
+			iw.leaveRaftAsCopy()
 		}
 	}()
 }

@@ -201,13 +201,13 @@ func proofFrom(st Status, addr string, now time.Time) foreignProof {
 // identity outranks it (copyRanks).
 func (iw *identityWatch) checkCopies() {
 	n := iw.n
-	defer n.copyChecks.Add(1)
-	own := n.ident.ownCluster()
+	defer iw.copyChecks.Add(1)
+	own := iw.ownCluster()
 	if own == "" || n.Conflict() != nil {
 		return
 	}
 	now := time.Now()
-	b := &n.copies
+	b := &iw.copies
 	keys := map[probeKey]bool{}
 	for _, addr := range b.due(now, n.cfg.GRPCAddr) {
 		keys[probeKey{"", addr}] = true
@@ -271,7 +271,7 @@ func (iw *identityWatch) checkCopies() {
 		n.logger.Error("another process runs a node identity of this cluster: a copy of its data dir", "node_id", p.id,
 			"copy_grpc_addr", k.addr, "copy_started", time.Unix(0, p.started).UTC().Format(time.RFC3339Nano),
 			"copy_serving", p.serving, "original_grpc_addr", registered[p.id])
-		go n.ident.tellOfCopy(p, registered[p.id])
+		go iw.tellOfCopy(p, registered[p.id])
 	}
 	// Whether this process's group serves is taken over copyRankGrace, not
 	// the moment: a stop is recorded for good, and an election or a pause
@@ -285,14 +285,14 @@ func (iw *identityWatch) checkCopies() {
 		// now (what the fence's Release would do, without waiting for the
 		// leader), and claims again once the copy has stopped and its
 		// windows are fenced (contested, apply.go).
-		if g := n.gen.Load(); p.id == n.id && g != nil && p.slot == g.Slot() && g.Floor() < max(p.granted, p.windows[p.slot]) {
+		if g := n.agent.gen.Load(); p.id == n.id && g != nil && p.slot == g.Slot() && g.Floor() < max(p.granted, p.windows[p.slot]) {
 			n.agent.revoke(g, fmt.Errorf("%w: a copy of this node's data dir at %s issued slot %d inside this tenure", ErrNotReady, p.addr, p.slot))
 		}
 		if now.Sub(p.at) > foreignConflictTTL || !p.serving {
 			continue
 		}
 		if p.id == n.id && copyRanks(serving, voters, n.started, n.cfg.GRPCAddr, p) {
-			n.ident.stopForGood(copyAdvice(serving, voters, n.cfg.GRPCAddr, p), true, p.addr)
+			iw.stopForGood(copyAdvice(serving, voters, n.cfg.GRPCAddr, p), true, p.addr)
 			return
 		}
 		// A member of this node's Raft group stopped because its copy
@@ -303,12 +303,12 @@ func (iw *identityWatch) checkCopies() {
 		// member did (whose decision this follows, so two groups never
 		// both stop on one meeting).
 		if p.id != n.id && stoppedHere[p.id] {
-			n.ident.stopForGood(followAdvice(p, registered[p.id]), false, p.addr)
+			iw.stopForGood(followAdvice(p, registered[p.id]), false, p.addr)
 			return
 		}
 	}
 	if memberStopped != "" && forkSeen != nil {
-		n.ident.stopForGood(followForkAdvice(*forkSeen, memberStopped), false, forkSeen.addr)
+		iw.stopForGood(followForkAdvice(*forkSeen, memberStopped), false, forkSeen.addr)
 	}
 }
 
@@ -348,7 +348,7 @@ func (iw *identityWatch) leaveRaftAsCopy() {
 // address itself before it believes the hint.
 func (iw *identityWatch) tellOfCopy(p foreignProof, orig string) {
 	n := iw.n
-	n.ident.tellAll([]string{p.addr}, orig)
+	iw.tellAll([]string{p.addr}, orig)
 	about := []string{}
 	if orig != n.cfg.GRPCAddr {
 		about = append(about, orig)
@@ -358,7 +358,7 @@ func (iw *identityWatch) tellOfCopy(p foreignProof, orig string) {
 			about = append(about, la)
 		}
 	}
-	n.ident.tellAll(about, p.addr)
+	iw.tellAll(about, p.addr)
 }
 
 // groupGRPCAddrs is the gRPC address of every other server of this node's
@@ -397,7 +397,7 @@ func (iw *identityWatch) tellAll(to []string, about string) {
 // or of a member's, runs at grpcAddr (ClusterService.Status from a node of
 // the cluster). It is asked at the next housekeeping tick; nothing is
 // believed before it answers.
-func (n *Node) SightedCopy(grpcAddr string) { n.copies.sighted(grpcAddr, time.Now()) }
+func (n *Node) SightedCopy(grpcAddr string) { n.ident.copies.sighted(grpcAddr, time.Now()) }
 
 // followAdvice is the reason a process gives when a member of its Raft
 // group (at reg) stopped because the member's copy p outranks it.

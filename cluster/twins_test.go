@@ -180,7 +180,7 @@ func TestCopiedDataDirOfALoneSeedStopsAndIsFenced(t *testing.T) {
 			copyIDs[id] = true
 		}
 	}
-	tenure := a.tenure.Load()
+	tenure := a.agent.tenure.Load()
 
 	if _, err := twin.Join([]string{orig.GossipAddr}); err != nil {
 		t.Fatal(err)
@@ -195,7 +195,7 @@ func TestCopiedDataDirOfALoneSeedStopsAndIsFenced(t *testing.T) {
 		copyGranted = max(copyGranted, g)
 	}
 	harness.WaitFor(t, 30*time.Second, "the original to fence the copy's windows", func() bool {
-		return a.tenure.Load() != tenure && a.Status().Floor >= copyGranted
+		return a.agent.tenure.Load() != tenure && a.Status().Floor >= copyGranted
 	})
 	layout := a.Layout()
 	harness.WaitFor(t, 60*time.Second, "real time to pass the copy's window", func() bool {
@@ -610,9 +610,9 @@ func TestCopyInTheSmallerRaftGroupStops(t *testing.T) {
 		m, ok := leader.gossip.snapshot()[twin.ID()]
 		return ok && m.State == MemberAlive && m.Meta.GRPCAddr == twin.cfg.GRPCAddr
 	})
-	sweeps := leader.sweeps.Load()
+	sweeps := leader.recon.sweeps.Load()
 	harness.WaitFor(t, 30*time.Second, "ten sweeps of the leader after the removal", func() bool {
-		return leader.sweeps.Load() >= sweeps+10
+		return leader.recon.sweeps.Load() >= sweeps+10
 	})
 	for _, srv := range leader.rs.raft.GetConfiguration().Configuration().Servers {
 		if string(srv.ID) == twin.ID() {
@@ -719,11 +719,11 @@ func TestEveryMemberOfTheCopysRaftGroupStops(t *testing.T) {
 	}
 	defer func() {
 		if t.Failed() {
-			leader.foreign.mu.Lock()
-			for id, p := range leader.foreign.proofs {
+			leader.recon.foreign.mu.Lock()
+			for id, p := range leader.recon.foreign.proofs {
 				t.Logf("leader %s holds proof %s: %+v", leader.Name(), id, p)
 			}
-			leader.foreign.mu.Unlock()
+			leader.recon.foreign.mu.Unlock()
 			t.Logf("x: %+v", x.Status())
 			t.Logf("the leader's gossip shows x as %+v", leader.gossip.snapshot()[x.ID()])
 		}
@@ -735,10 +735,10 @@ func TestEveryMemberOfTheCopysRaftGroupStops(t *testing.T) {
 	// node that knows them: in one of about six runs a took over 20 s.
 	harness.WaitFor(t, 45*time.Second, "the leader to hold final proofs of x and y", func() bool {
 		leader := current()
-		leader.foreign.mu.Lock()
-		defer leader.foreign.mu.Unlock()
+		leader.recon.foreign.mu.Lock()
+		defer leader.recon.foreign.mu.Unlock()
 		for _, n := range []*Node{x, y} {
-			if p, ok := leader.foreign.proofs[n.ID()]; !ok || !p.fork || p.serving || !p.saysStopped {
+			if p, ok := leader.recon.foreign.proofs[n.ID()]; !ok || !p.fork || p.serving || !p.saysStopped {
 				return false
 			}
 		}
@@ -795,9 +795,9 @@ func TestMemberRestartedOnANewRaftAddressStaysOutOfACopysLog(t *testing.T) {
 		}
 		return nil
 	}
-	sweeps := twin.sweeps.Load()
+	sweeps := twin.recon.sweeps.Load()
 	harness.WaitFor(t, 30*time.Second, "ten sweeps of the copy's leader, or the copy taking b", func() bool {
-		return twin.sweeps.Load() >= sweeps+10 || taken() != nil
+		return twin.recon.sweeps.Load() >= sweeps+10 || taken() != nil
 	})
 	if srv := taken(); srv != nil {
 		t.Fatalf("the copy took the cluster's member b into its log as %+v", *srv)
@@ -820,15 +820,15 @@ func TestAGroupBetweenLeadersDoesNotLoseToALoneCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	harness.WaitFor(t, 5*time.Second, "a to prove the copy", func() bool {
-		for _, p := range a.copies.copies() {
+		for _, p := range a.ident.copies.copies() {
 			if p.addr == twin.cfg.GRPCAddr {
 				return true
 			}
 		}
 		return false
 	})
-	checks := a.copyChecks.Load()
-	harness.WaitFor(t, 5*time.Second, "two more copy checks at a", func() bool { return a.copyChecks.Load() >= checks+2 })
+	checks := a.ident.copyChecks.Load()
+	harness.WaitFor(t, 5*time.Second, "two more copy checks at a", func() bool { return a.ident.copyChecks.Load() >= checks+2 })
 	if err := a.Conflict(); err != nil {
 		t.Fatalf("the original stopped while its group was between leaders: %v", err)
 	}
@@ -1174,27 +1174,27 @@ func TestAForkThatComesBackRepeatsNothing(t *testing.T) {
 		}
 		for _, n := range []*Node{x, y} {
 			st := n.Status()
-			t.Logf("%s: raft %s leader %s voters %d conflict %v hold %v", n.Name(), st.RaftState, st.LeaderID, st.Voters, n.Conflict(), n.forkHold.Load())
-			n.foreign.mu.Lock()
-			for id, p := range n.foreign.proofs {
+			t.Logf("%s: raft %s leader %s voters %d conflict %v hold %v", n.Name(), st.RaftState, st.LeaderID, st.Voters, n.Conflict(), n.lead.forkHold.Load())
+			n.recon.foreign.mu.Lock()
+			for id, p := range n.recon.foreign.proofs {
 				t.Logf("  %s proof %s: fork %v serving %v at -%v leader %s voters %d since %v losing %v", n.Name(), id[:6], p.fork, p.serving,
-					time.Since(p.at).Round(time.Millisecond), p.leaderID, p.voters, n.foreign.forkSince[id], n.foreign.losing[id])
+					time.Since(p.at).Round(time.Millisecond), p.leaderID, p.voters, n.recon.foreign.forkSince[id], n.recon.foreign.losing[id])
 			}
-			n.foreign.mu.Unlock()
+			n.recon.foreign.mu.Unlock()
 		}
 	}()
 	// When the two sides proved each other again: a node of each holds a
 	// serving proof of a node of the other, taken after the comeback.
 	provedAgain := func(by, of []*Node) bool {
 		for _, n := range by {
-			n.foreign.mu.Lock()
+			n.recon.foreign.mu.Lock()
 			for _, m := range of {
-				if p, ok := n.foreign.proofs[m.ID()]; ok && p.serving && p.at.After(back) {
-					n.foreign.mu.Unlock()
+				if p, ok := n.recon.foreign.proofs[m.ID()]; ok && p.serving && p.at.After(back) {
+					n.recon.foreign.mu.Unlock()
 					return true
 				}
 			}
-			n.foreign.mu.Unlock()
+			n.recon.foreign.mu.Unlock()
 		}
 		return false
 	}
@@ -1250,11 +1250,11 @@ func TestAForkThatComesBackRepeatsNothing(t *testing.T) {
 func forkSighted(nodes ...*Node) time.Time {
 	var first time.Time
 	for _, n := range nodes {
-		n.foreign.mu.Lock()
-		for _, at := range n.foreign.forkSince {
+		n.recon.foreign.mu.Lock()
+		for _, at := range n.recon.foreign.forkSince {
 			first = earlier(first, at)
 		}
-		n.foreign.mu.Unlock()
+		n.recon.foreign.mu.Unlock()
 	}
 	return first
 }

@@ -70,7 +70,7 @@ func (w *withdrawals) covers(slot int, ts int64) bool {
 // once its replica shows it (fsm.afterApply, through stopIfEnded).
 func (a *agentShell) noteEnded() {
 	n := a.n
-	m := n.minted.Load()
+	m := a.minted.Load()
 	if m == nil {
 		return
 	}
@@ -80,7 +80,7 @@ func (a *agentShell) noteEnded() {
 	)
 	n.fsm.view(func(s *state) { upTo, ended = endedUpTo(s, n.id, *m) })
 	if ended {
-		n.withdrawn.add(m.slot, upTo)
+		a.withdrawn.add(m.slot, upTo)
 	}
 }
 
@@ -93,5 +93,5 @@ func (n *Node) Withdrawn(id int64) bool {
 	if err != nil {
 		return true
 	}
-	return n.withdrawn.covers(p.Slot, p.Timestamp)
+	return n.agent.withdrawn.covers(p.Slot, p.Timestamp)
 }
