@@ -30,15 +30,6 @@ const (
 	maxReserveBackoff = 2 * time.Second
 )
 
-// claimRetryAfter is the wait before the next claim after one that failed with err.
-func claimRetryAfter(err error) time.Duration {
-	if errors.Is(err, ErrNoLeader) || errors.Is(err, ErrNotLeader) || errors.Is(err, ErrLeaderNotReady) || errors.Is(err, errNoInitYet) ||
-		errors.Is(err, ErrNotInitialized) {
-		return agentTick
-	}
-	return claimRetry
-}
-
 // agentShell is the slot agent's shell: it gathers the rule's input (the
 // node, its generator and its replica), steps the rule (decide.go's
 // slotAgent) and carries out what it returns. It claims a slot, runs a
@@ -382,4 +373,22 @@ func (a *agentShell) revoke(g *generator.Generator, cause error) {
 type heldWindow struct {
 	slot    int
 	granted int64
+}
+
+// noteEnded records the end of the tenure the node's generator minted under,
+// once its replica shows it (fsm.afterApply, through stopIfEnded).
+func (a *agentShell) noteEnded() {
+	n := a.n
+	m := a.minted.Load()
+	if m == nil {
+		return
+	}
+	var (
+		upTo  int64
+		ended bool
+	)
+	n.fsm.view(func(s *state) { upTo, ended = endedUpTo(s, n.id, *m) })
+	if ended {
+		a.withdrawn.add(m.slot, upTo)
+	}
 }

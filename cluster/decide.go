@@ -532,3 +532,17 @@ func establishNext(err error, prev time.Duration) (again bool, wait time.Duratio
 	}
 	return true, min(2*prev, maxEstablishBackoff)
 }
+
+// unitsCeil converts a duration into whole layout units, rounding up.
+func unitsCeil(d, unit time.Duration) int64 {
+	return int64((d + unit - 1) / unit)
+}
+
+// claimRetryAfter is the wait before the next claim after one that failed with err.
+func claimRetryAfter(err error) time.Duration {
+	if errors.Is(err, ErrNoLeader) || errors.Is(err, ErrNotLeader) || errors.Is(err, ErrLeaderNotReady) || errors.Is(err, errNoInitYet) ||
+		errors.Is(err, ErrNotInitialized) {
+		return agentTick
+	}
+	return claimRetry
+}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"math/bits"
 	"sync"
 	"time"
 
@@ -248,4 +249,23 @@ func (rc *reconciler) proveForeign(own string) []foreignProof {
 		out = append(out, p)
 	}
 	return out
+}
+
+// proofFrom is what the process at addr said of itself.
+func proofFrom(st Status, addr string, now time.Time) foreignProof {
+	stopped := st.Stopped != nil && *st.Stopped
+	return foreignProof{
+		id: st.ID, cluster: st.ClusterID, history: coarseIndex(st.AppliedIndex), slot: st.LastWindowSlot, granted: st.LastWindowGranted,
+		windows: st.GrantedWindows, layout: st.Layout, serving: (st.Ready || st.LeaderID != "") && !stopped,
+		saysStopped: st.Stopped != nil, at: now, started: st.Started, addr: addr, voters: st.Voters, leaderID: st.LeaderID, leaderAddr: st.LeaderAddr,
+	}
+}
+
+// coarseIndex keeps the top four significant bits of an index: a value that
+// changes rarely enough to gossip, within an eighth of the truth.
+func coarseIndex(i uint64) uint64 {
+	if i < 16 {
+		return i
+	}
+	return i &^ (uint64(1)<<(bits.Len64(i)-4) - 1)
 }

@@ -122,7 +122,7 @@ func (b *foreignBook) forkVerdict(mine forkSide, led time.Time, confirm time.Dur
 // ends on the next check.
 func (rc *reconciler) checkForks() {
 	n := rc.n
-	if n.Conflict() != nil || n.rs.raft.State() != raft.Leader {
+	if n.ident.conflictErr() != nil || n.rs.raft.State() != raft.Leader {
 		n.lead.forkHold.Store(nil)
 		return
 	}
@@ -167,14 +167,4 @@ func forkAdvice(p foreignProof, mine forkSide) string {
 		"one (a copied data dir grew a group of its own), and both grant the same slots, so this group stopped "+
 		"issuing. Wipe this node's data dir and start it again with --join to the other group's nodes (a wiped node "+
 		"joins as a new node)", p.id, p.addr, p.cluster, why)
-}
-
-// configServers is this node's Raft configuration, ID to Raft address.
-func (ms *membership) configServers() map[string]string {
-	n := ms.n
-	out := map[string]string{}
-	for _, srv := range n.rs.raft.GetConfiguration().Configuration().Servers {
-		out[string(srv.ID)] = string(srv.Address)
-	}
-	return out
 }

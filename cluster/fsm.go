@@ -554,3 +554,12 @@ func (s *state) holders() map[string]bool {
 
 // sortedNodeIDs returns the state's node IDs in order, for stable output.
 func (s *state) sortedNodeIDs() []string { return slices.Sorted(maps.Keys(s.Nodes)) }
+
+// layoutMismatch is the refusal of a node configured with a layout other
+// than its cluster's; who names the cluster.
+func layoutMismatch(cluster, configured generator.Layout, who string) error {
+	return fmt.Errorf("%w: %s of layout %s (its log's first entry), and this node is configured with layout %s: "+
+		"start the node with the cluster's layout or with none (a node that joins or restarts takes its cluster's); "+
+		"a cluster's layout never changes, so another layout needs a new cluster, on empty data dirs",
+		ErrLayoutMismatch, who, cluster, configured)
+}

@@ -3,7 +3,6 @@ package cluster
 import (
 	"encoding/json"
 	"fmt"
-	"math/bits"
 	"os"
 	"path/filepath"
 	"time"
@@ -125,15 +124,6 @@ func (a clusterAge) String() string {
 	return fmt.Sprintf("%s with about %d log entries", a.identity, a.history)
 }
 
-// coarseIndex keeps the top four significant bits of an index: a value that
-// changes rarely enough to gossip, within an eighth of the truth.
-func coarseIndex(i uint64) uint64 {
-	if i < 16 {
-		return i
-	}
-	return i &^ (uint64(1)<<(bits.Len64(i)-4) - 1)
-}
-
 // history is this node's applied log index, coarse.
 func (iw *identityWatch) history() uint64 {
 	n := iw.n
@@ -192,7 +182,7 @@ func (iw *identityWatch) checkConflict() {
 		// The agent sees the reason, revokes the generator and claims no more.
 		reason := conflictAdvice(mine, other, m.Meta.Name, m.Addr)
 		iw.conflict.Store(&reason)
-		n.logger.Error("stopping issuing: " + n.Conflict().Error())
+		n.logger.Error("stopping issuing: " + n.ident.conflictErr().Error())
 	}
 }
 
@@ -238,4 +228,13 @@ func addable(m gossipMember, own string) bool {
 		return !m.Meta.Member
 	}
 	return m.Meta.ClusterID == own
+}
+
+// conflictErr is Node.Conflict's answer (see there).
+func (iw *identityWatch) conflictErr() error {
+	n := iw.n
+	if c := n.ident.conflict.Load(); c != nil {
+		return fmt.Errorf("%w: %s", ErrClusterConflict, *c)
+	}
+	return nil
 }

@@ -59,15 +59,6 @@ func RecordedLayout(dir string) (generator.Layout, bool, error) {
 	return *l, true, nil
 }
 
-// layoutMismatch is the refusal of a node configured with a layout other
-// than its cluster's; who names the cluster.
-func layoutMismatch(cluster, configured generator.Layout, who string) error {
-	return fmt.Errorf("%w: %s of layout %s (its log's first entry), and this node is configured with layout %s: "+
-		"start the node with the cluster's layout or with none (a node that joins or restarts takes its cluster's); "+
-		"a cluster's layout never changes, so another layout needs a new cluster, on empty data dirs",
-		ErrLayoutMismatch, who, cluster, configured)
-}
-
 // stateLayout is the layout the local replica's Init records.
 func (lv *logView) stateLayout() (generator.Layout, bool) {
 	n := lv.n

@@ -281,7 +281,7 @@ func (rc *reconciler) reconcile() {
 	// Checked here, not only on the housekeeping tick, because a gossip
 	// event that shows a new member may show the other cluster as well.
 	n.ident.checkConflict()
-	if n.Conflict() != nil {
+	if n.ident.conflictErr() != nil {
 		return
 	}
 	cf := n.rs.raft.GetConfiguration()
@@ -504,7 +504,7 @@ func (ld *leader) leaderClockIsOutlier() bool {
 func (rc *reconciler) fenceForeign() {
 	n := rc.n
 	own := n.ident.ownCluster()
-	if own == "" || n.Conflict() != nil {
+	if own == "" || n.ident.conflictErr() != nil {
 		return
 	}
 	layout, ok := n.log.clusterLayout()

@@ -125,15 +125,3 @@ func (lv *logView) saveApplied() {
 	}
 	lv.appliedSaved.Store(e)
 }
-
-// voters counts the voters of this node's Raft configuration.
-func (ms *membership) voters() int {
-	n := ms.n
-	c := 0
-	for _, s := range n.rs.raft.GetConfiguration().Configuration().Servers {
-		if s.Suffrage == raft.Voter {
-			c++
-		}
-	}
-	return c
-}

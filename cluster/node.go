@@ -1,9 +1,7 @@
 package cluster
 
 import (
-	"cmp"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,220 +19,6 @@ import (
 	"github.com/idgen/idgen/cluster/door"
 	"github.com/idgen/idgen/generator"
 )
-
-// Config is everything a node needs. Zero durations take the defaults below.
-type Config struct {
-	// Name is a human label; the node's identity is the ID in its data dir.
-	Name    string
-	DataDir string
-
-	RaftAddr        string // bind address for Raft TCP
-	RaftAdvertise   string // address other nodes dial for Raft
-	GossipAddr      string // bind address for memberlist (UDP and TCP)
-	GossipAdvertise string // address other nodes gossip with
-	GRPCAddr        string // advertised gRPC address (followers forward commands here)
-	HTTPAddr        string // advertised HTTP admin address
-
-	// Join lists gossip addresses of existing or future members, retried periodically.
-	Join []string
-	// BootstrapExpect: a node without Raft state forms a new cluster once this
-	// many nodes without state see each other by gossip. 1 with no Join
-	// means start alone.
-	BootstrapExpect int
-	// Datacenter is the preferred datacenter for the slot, or -1 for any.
-	Datacenter int
-	// Layout is the ID layout this node founds a cluster with (the Init
-	// entry records it); zero means the default. A node mints only under
-	// its cluster's layout, as its own log's first entry records it: a
-	// node that joins or restarts takes that one, and one with a Layout
-	// set that differs is refused (ErrLayoutMismatch: at Open when the
-	// data dir already belongs to a cluster, else at its claim).
-	Layout generator.Layout
-
-	// Lead is how far ahead of its issuing point a node keeps its window.
-	Lead time.Duration
-	// MaxAhead bounds every grant: the leader clamps a reserve's UpTo to
-	// the cluster's time (the quorum-th latest of the voters' clocks, not
-	// its own clock) plus this, and Init starts every slot at the founding
-	// voters' time plus this. 0: EffectiveMaxAhead's lead plus max-skew.
-	MaxAhead time.Duration
-	// MaxSkew is how far a node's clock may be from the cluster's time
-	// before the leader refuses its claims and reserves (ErrClockSkew); a
-	// leader whose own clock is further off grants nothing and hands off
-	// leadership (ErrLeaderClockOff).
-	MaxSkew time.Duration
-	// ReapAfter is how long a member may be dead before its slot is freed.
-	ReapAfter time.Duration
-	// ReconcileInterval is the leader's full sweep period.
-	ReconcileInterval time.Duration
-	// JoinRetryInterval is how often the Join seeds are retried.
-	JoinRetryInterval time.Duration
-	// SnapshotThreshold and SnapshotInterval tune Raft snapshots (0 = Raft's defaults).
-	SnapshotThreshold uint64
-	SnapshotInterval  time.Duration
-	// GossipLocal selects memberlist's fast loopback profile (tests, one host).
-	GossipLocal bool
-	// EnableFaultInjection allows SetClockOffset.
-	EnableFaultInjection bool
-
-	// RaftTLS, when set, runs Raft over TLS with it on both ends; it must
-	// verify that the peer holds a server certificate (transport.go).
-	RaftTLS *tls.Config
-	// GossipKeys encrypt gossip (the first) and decrypt it (all); a member
-	// without one of them is never heard. Empty means plaintext gossip.
-	GossipKeys [][]byte
-	// GossipLabel keeps deployments apart on a shared network: memberlist
-	// drops packets with another label. It comes from --cluster-name.
-	GossipLabel string
-
-	Clock     generator.Clock
-	Forwarder Forwarder
-	Logger    *slog.Logger
-	// Version and Revision name the build (gossip metadata, idctl members).
-	Version  string
-	Revision string
-
-	// Prober asks members over the authenticated transport who they are;
-	// the leader adds, promotes and removes members only on its answers
-	// (probe.go). Without one no member is added, --bootstrap-expect above
-	// 1 never finds its peers, and a server that cannot be asked counts as
-	// unreachable.
-	Prober Prober
-
-	// applyFault, set only by this package's tests, fails a proposal before
-	// it reaches Raft (a slow disk, a commit timeout).
-	applyFault func(command) error
-	// protocols, set only by this package's tests, replaces the protocol
-	// versions this build speaks (a node of another release).
-	protocols ProtocolRange
-	// clockTTL, set only by this package's tests, replaces clockSampleTTL.
-	clockTTL time.Duration
-	// noClockInStatus, set only by this package's tests, leaves the clock
-	// out of Status, as a release before protocol 2 does.
-	noClockInStatus bool
-	// previousStatus, set only by this package's tests, shapes Status as a
-	// release before protocol 2 does: no clock, layout or datacenter.
-	previousStatus bool
-	// neverClaim, set only by this package's tests, keeps the agent from
-	// claiming: a voter that holds no slot (a standby of a release before
-	// protocol 2, or one refused every claim).
-	neverClaim bool
-	// contestMax: copyContestMax, for members of another cluster or log
-	// (foreign.go); only this package's tests set another.
-	contestMax time.Duration
-}
-
-// Defaults for the tuning settings (cluster/DESIGN.md says why).
-const (
-	DefaultLead              = 10 * time.Second
-	DefaultMaxSkew           = 5 * time.Second
-	DefaultReapAfter         = 2 * time.Minute
-	DefaultReconcileInterval = 5 * time.Second
-	DefaultJoinRetryInterval = 5 * time.Second
-	// maxVoters: members beyond this many stay non-voters.
-	maxVoters = 5
-)
-
-// EffectiveMaxAhead is the max-ahead a node opened with c runs with:
-// MaxAhead, or when that is 0 the lead plus max-skew (each at its default
-// when 0). Open applies it; idgend reports it as idgen_max_ahead_seconds.
-func (c Config) EffectiveMaxAhead() time.Duration {
-	if c.MaxAhead != 0 {
-		return c.MaxAhead
-	}
-	return cmp.Or(c.Lead, DefaultLead) + cmp.Or(c.MaxSkew, DefaultMaxSkew)
-}
-
-func (c *Config) applyDefaults() {
-	if c.Lead == 0 {
-		c.Lead = DefaultLead
-	}
-	if c.MaxSkew == 0 {
-		c.MaxSkew = DefaultMaxSkew
-	}
-	c.MaxAhead = c.EffectiveMaxAhead()
-	if c.ReapAfter == 0 {
-		c.ReapAfter = DefaultReapAfter
-	}
-	if c.ReconcileInterval == 0 {
-		c.ReconcileInterval = DefaultReconcileInterval
-	}
-	if c.contestMax == 0 {
-		c.contestMax = copyContestMax
-	}
-	if c.JoinRetryInterval == 0 {
-		c.JoinRetryInterval = DefaultJoinRetryInterval
-	}
-	if c.BootstrapExpect == 0 {
-		c.BootstrapExpect = 1
-	}
-	if c.Clock == nil {
-		c.Clock = generator.SystemClock()
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.RaftAdvertise == "" {
-		c.RaftAdvertise = c.RaftAddr
-	}
-	if c.GossipAdvertise == "" {
-		c.GossipAdvertise = c.GossipAddr
-	}
-	if c.protocols == (ProtocolRange{}) {
-		c.protocols = ownProtocols
-	}
-	if c.clockTTL == 0 {
-		c.clockTTL = clockSampleTTL
-	}
-}
-
-// Validate reports the first setting that is out of range.
-func (c *Config) Validate() error {
-	if c.DataDir == "" {
-		return errors.New("data dir is required")
-	}
-	l := c.bootstrapLayout()
-	if err := l.Validate(); err != nil {
-		return fmt.Errorf("layout: %w", err)
-	}
-	if c.BootstrapExpect < 1 || c.BootstrapExpect > l.Slots() {
-		return fmt.Errorf("bootstrap-expect %d out of range 1..%d", c.BootstrapExpect, l.Slots())
-	}
-	// Without a layout the cluster's decides how many datacenters there
-	// are; the claim checks the preference against it.
-	dcs := maxSlots
-	if c.Layout != (generator.Layout{}) {
-		dcs = 1 << l.DatacenterBits
-	}
-	if c.Datacenter < -1 || c.Datacenter >= dcs {
-		return fmt.Errorf("datacenter %d out of range -1..%d", c.Datacenter, dcs-1)
-	}
-	if c.Lead < l.Unit {
-		return fmt.Errorf("lead %v must be at least one layout unit (%v)", c.Lead, l.Unit)
-	}
-	if c.MaxAhead < c.Lead {
-		return fmt.Errorf("max-ahead %v must be at least the lead %v", c.MaxAhead, c.Lead)
-	}
-	if c.MaxSkew <= 0 {
-		return fmt.Errorf("max-skew %v must be positive", c.MaxSkew)
-	}
-	if c.ReapAfter < time.Second {
-		return fmt.Errorf("reap-after %v must be at least 1s", c.ReapAfter)
-	}
-	if c.RaftAddr == "" || c.GossipAddr == "" {
-		return errors.New("raft and gossip addresses are required")
-	}
-	return nil
-}
-
-// bootstrapLayout is the layout an Init of this node records: Layout, or
-// the default.
-func (c *Config) bootstrapLayout() generator.Layout {
-	if c.Layout == (generator.Layout{}) {
-		return generator.DefaultLayout()
-	}
-	return c.Layout
-}
 
 // Node is one idgend cluster member: Raft, gossip, the leader loop and the
 // slot agent.
@@ -425,191 +209,17 @@ func (n *Node) Close() error {
 	return err
 }
 
-// housekeeping retries the join seeds and keeps the gossip metadata current.
-func (hk *housekeeper) housekeeping() {
-	n := hk.n
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	var lastJoin time.Time
-	for {
-		if len(n.cfg.Join) > 0 && time.Since(lastJoin) >= n.cfg.JoinRetryInterval {
-			lastJoin = time.Now()
-			if c, err := n.gossip.join(n.cfg.Join, n.cfg.GossipAdvertise); err != nil {
-				n.logger.Debug("gossip join", "seeds", n.cfg.Join, "contacted", c, "err", err)
-			}
-		}
-		n.members.leaderKnown() // keeps leaderSeen fresh between readiness checks
-		n.ident.checkConflict()
-		n.ident.checkCopies()
-		n.recon.checkForks()
-		n.log.saveApplied()
-		odd := n.versions.protocolOdd() // off the serving path: Ready reads it
-		hk.odd.Store(&odd)
-		hk.logReadiness()
-		member := n.members.inRaftConfig(n.id)
-		skewMS := n.agent.skew.Load() / int64(time.Millisecond)
-		n.gossip.updateMeta(func(m *meta) {
-			m.Member = m.Member || member
-			m.SkewMS = skewMS / 100 * 100 // gossip only changes of 100 ms or more
-		})
-		select {
-		case <-n.shutdownCh:
-			return
-		case <-tick.C:
-		}
-	}
-}
-
 // peerLogEvery is how often one kind of refusal or not-ready reason is
 // logged per peer: the first at once, the rest as a count.
 const peerLogEvery = 10 * time.Second
 
-// logReadiness logs every change of this node's readiness: at WARN with the
-// reason when it is not ready (a change of kind only, so that a reason that
-// carries a moving number is one line; at a bounded rate), at INFO when it
-// is ready again. Only housekeeping calls it.
-func (hk *housekeeper) logReadiness() {
-	n := hk.n
-	ok, reason := n.Ready()
-	kind := reasonKind(reason)
-	if ok {
-		kind = ""
-	}
-	if kind == hk.lastReason {
-		return
-	}
-	hk.lastReason = kind
-	if ok {
-		n.logger.Info("ready to issue")
-		return
-	}
-	_, running, _ := n.versions.clusterProtocol()
-	n.notReady.Log(slog.LevelWarn, kind, "self", "not ready", "reason", reason, "cluster_protocol", running,
-		"own_protocols", n.cfg.protocols.String())
-}
-
-// reasonKind is a not-ready reason without its details: up to its first
-// colon.
-func reasonKind(r string) string {
-	for i, c := range r {
-		if c == ':' {
-			return r[:i]
-		}
-	}
-	return r
-}
-
-// inRaftConfig reports whether id is a server in the latest Raft configuration.
-func (ms *membership) inRaftConfig(id string) bool {
-	n := ms.n
-	f := n.rs.raft.GetConfiguration()
-	if f.Error() != nil {
-		return false
-	}
-	for _, s := range f.Configuration().Servers {
-		if string(s.ID) == id {
-			return true
-		}
-	}
-	return false
-}
-
 // Ready reports whether the node can issue IDs now, and why not.
-func (n *Node) Ready() (bool, string) {
-	if n.leaving.Load() {
-		return false, ReasonLeaving
-	}
-	if err := n.Conflict(); err != nil {
-		return false, err.Error()
-	}
-	if r := n.house.odd.Load(); r != nil && *r != "" {
-		return false, *r
-	}
-	g := n.agent.gen.Load()
-	if g == nil {
-		return false, n.reason.get()
-	}
-	if r := n.reason.get(); r != "" {
-		return false, r
-	}
-	if !n.members.leaderKnown() {
-		return false, "no raft leader known"
-	}
-	// A window used up while the leader keeps extending it is a node at the
-	// layout's rate (a burst, or a new cluster's first seconds): room comes
-	// within a unit and callers wait for it. A node whose window has not grown
-	// for grantGrace (no leader, or a cluster's time too far behind the window
-	// for the leader's clamp to grant more) is taken out of its clients'
-	// balancers.
-	if g.Granted() <= g.Head() && time.Since(time.Unix(0, n.agent.lastGrant.Load())) > grantGrace {
-		waiting := "waiting for the leader to grant more"
-		if n.rs.raft.State() == raft.Leader {
-			waiting = "this node leads and grants only up to the cluster's time plus max-ahead, which needs the clocks of a " +
-				"majority of the voters present (idctl members shows each one's skew)"
-		}
-		return false, fmt.Sprintf("no room to issue: granted window ends at %d, issuing at %d; %s", g.Granted(), g.Head(), waiting)
-	}
-	// A lone voter's clock is the cluster's time: a step back of it is not a
-	// window granted ahead of the cluster, and the node keeps issuing from
-	// its cursor as it always has.
-	if ahead := n.house.windowAhead(g); ahead > n.cfg.MaxAhead+g.Layout().Unit+aheadSlack && n.members.otherVoters() > 0 {
-		return false, fmt.Sprintf("window runs %v ahead of the cluster's time (max-ahead %v): it was granted while a clock was wrong, "+
-			"or the data dir was restored from an old copy; IDs from it would decode to future times, so the node waits for real time to catch up",
-			ahead.Round(time.Second), n.cfg.MaxAhead)
-	}
-	return true, ""
-}
-
-// aheadSlack is how far past max-ahead (and a unit of rounding) a window may
-// end before the node calls itself ahead: its estimate of the cluster's time
-// is only as good as its last answer.
-const aheadSlack = time.Second
-
-// windowAhead is how far the end of g's window lies past the cluster's time,
-// as this node reckons it: its clock less its skew at the last answer.
-func (hk *housekeeper) windowAhead(g *generator.Generator) time.Duration {
-	n := hk.n
-	l := g.Layout()
-	clusterNow := n.clock.Now().Add(-time.Duration(n.agent.skew.Load()))
-	return l.Time(g.Granted() + 1).Sub(clusterNow)
-}
-
-// grantGrace is how long after its window last grew a node with a used-up
-// window still counts as ready: at the layout's rate the leader extends it
-// once a unit, so a little more than a unit.
-const grantGrace = 2 * time.Second
-
-// leaderGrace is how long a node still counts a leader as known after losing
-// sight of it: an election takes about a second, and the granted window, not
-// the leader, bounds what the node may issue meanwhile.
-const leaderGrace = 3 * time.Second
-
-// leaderKnown reports whether a Raft leader is known now or was within leaderGrace.
-func (ms *membership) leaderKnown() bool {
-	n := ms.n
-	now := time.Now().UnixNano()
-	if _, id := n.rs.raft.LeaderWithID(); id != "" {
-		ms.leaderSeen.Store(now)
-		return true
-	}
-	return now-ms.leaderSeen.Load() < int64(leaderGrace)
-}
-
-// leaderWithin reports whether this node knew a Raft leader within d.
-func (ms *membership) leaderWithin(d time.Duration) bool {
-	ms.leaderKnown()
-	return time.Now().UnixNano()-ms.leaderSeen.Load() < int64(d)
-}
+func (n *Node) Ready() (bool, string) { return n.house.ready() }
 
 // Conflict is non-nil once this node met an older cluster: it then issues
 // nothing more, not even IDs it minted before (they may collide with the
 // older cluster's).
-func (n *Node) Conflict() error {
-	if c := n.ident.conflict.Load(); c != nil {
-		return fmt.Errorf("%w: %s", ErrClusterConflict, *c)
-	}
-	return nil
-}
+func (n *Node) Conflict() error { return n.ident.conflictErr() }
 
 // NextBatch mints n IDs from the node's slot.
 func (n *Node) NextBatch(ctx context.Context, count int) ([]int64, int, error) {
@@ -732,70 +342,7 @@ func (n *Node) Status() Status {
 }
 
 // Members lists every node known to gossip, Raft or the replicated state.
-func (n *Node) Members() ([]MemberInfo, string) {
-	byID := map[string]*MemberInfo{}
-	get := func(id string) *MemberInfo {
-		m, ok := byID[id]
-		if !ok {
-			m = &MemberInfo{ID: id, Slot: -1, RaftRole: "none", GossipState: MemberUnknown.String()}
-			byID[id] = m
-		}
-		return m
-	}
-	now := n.clock.Now()
-	n.fsm.view(func(s *state) {
-		for _, id := range s.sortedNodeIDs() {
-			info := s.Nodes[id]
-			m := get(id)
-			m.Name, m.RaftAddr, m.GossipAddr, m.GRPCAddr, m.HTTPAddr = info.Name, info.RaftAddr, info.GossipAddr, info.GRPCAddr, info.HTTPAddr
-		}
-		for i, sl := range s.Slots {
-			if sl.Owner != "" {
-				m := get(sl.Owner)
-				m.Slot = i
-				m.GrantedLead = s.Layout.Time(sl.HighWater).Add(s.Layout.Unit).Sub(now)
-			}
-		}
-	})
-	for id, gm := range n.gossip.snapshot() {
-		m := get(id)
-		m.GossipState = gm.State.String()
-		m.GossipAddr = gm.Addr
-		if gm.Parsed {
-			m.Name, m.GRPCAddr, m.RaftAddr, m.HTTPAddr = gm.Meta.Name, gm.Meta.GRPCAddr, gm.Meta.RaftAddr, gm.Meta.HTTPAddr
-			m.ClockSkew = time.Duration(gm.Meta.SkewMS) * time.Millisecond
-			m.Version, m.Revision, m.Protocols = gm.Meta.Version, gm.Meta.Revision, gm.Meta.protocols()
-		}
-	}
-	_, leader := n.rs.raft.LeaderWithID()
-	if f := n.rs.raft.GetConfiguration(); f.Error() == nil {
-		for _, s := range f.Configuration().Servers {
-			m := get(string(s.ID))
-			if m.RaftAddr == "" {
-				m.RaftAddr = string(s.Address)
-			}
-			switch {
-			case s.ID == leader:
-				m.RaftRole = "leader"
-			case s.Suffrage == raft.Voter:
-				m.RaftRole = "voter"
-			default:
-				m.RaftRole = "nonvoter"
-			}
-		}
-	}
-	out := make([]MemberInfo, 0, len(byID))
-	for _, m := range byID {
-		out = append(out, *m)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Name != out[j].Name {
-			return out[i].Name < out[j].Name
-		}
-		return out[i].ID < out[j].ID
-	})
-	return out, string(leader)
-}
+func (n *Node) Members() ([]MemberInfo, string) { return n.members.list() }
 
 // History returns every slot tenure recorded by the replicated state. On the
 // leader it first waits for everything committed to be applied; a follower's
@@ -886,24 +433,83 @@ func (n *Node) SetClockOffset(d time.Duration) error {
 	return nil
 }
 
-// offsetClock adds a settable offset to a base clock (fault injection).
-type offsetClock struct {
-	base   generator.Clock
-	offset atomic.Int64
-}
-
-func (c *offsetClock) Now() time.Time {
-	return c.base.Now().Add(time.Duration(c.offset.Load()))
-}
-
-// reasonText is why a node is not ready, "" when it is.
-type reasonText struct{ p atomic.Pointer[string] }
-
-func (r *reasonText) set(s string) { r.p.Store(&s) }
-
-func (r *reasonText) get() string {
-	if s := r.p.Load(); s != nil {
-		return *s
+// Remove force-removes another node: it frees its slot and takes it out of
+// Raft. node is an ID or a name.
+func (n *Node) Remove(ctx context.Context, node string) (string, int, error) {
+	id, err := n.members.resolveNode(node)
+	if err != nil {
+		return "", -1, err
 	}
-	return ""
+	if id == n.id {
+		return "", -1, ErrRemoveSelf
+	}
+	r, err := n.proposer.propose(ctx, command{Type: cmdRemove, NodeID: id})
+	return id, r.Slot, err
 }
+
+// Leave releases the slot, hands off leadership, has the leader take this
+// node out of Raft and the state, leaves gossip and shuts the node down.
+func (n *Node) Leave(ctx context.Context) error {
+	// The only voter that leaves strands its non-voters for good: they
+	// cannot elect a leader, and nothing can promote or remove anyone. It
+	// is refused before anything changes.
+	if others := n.members.otherServers(); others > 0 && n.members.otherVoters() == 0 {
+		return fmt.Errorf("%w: this node is its cluster's only voter, and its %d non-voter(s) cannot elect a leader without it; "+
+			"wait until one is promoted (idctl members shows each role), or remove them first", ErrQuorum, others)
+	}
+	if !n.leaving.CompareAndSwap(false, true) {
+		return errors.New("already leaving")
+	}
+	if g := n.agent.gen.Swap(nil); g != nil {
+		g.Revoke(errors.New("node is leaving"))
+		// A tenure that is no longer current needs no release: the slot
+		// moved on without it.
+		c := command{Type: cmdRelease, NodeID: n.id, Tenure: n.agent.tenure.Load()}
+		if _, err := n.proposer.propose(ctx, c); err != nil && !errors.Is(err, ErrNotOwner) {
+			n.leaving.Store(false)
+			return fmt.Errorf("release slot: %w", err)
+		}
+	}
+	if n.members.otherVoters() > 0 {
+		if n.rs.raft.State() == raft.Leader {
+			if err := n.rs.raft.LeadershipTransfer().Error(); err != nil {
+				n.leaving.Store(false)
+				return fmt.Errorf("hand off leadership: %w", err)
+			}
+		}
+		// The new leader removes this node; a removed node cannot learn of its
+		// own removal from the log, so it waits for the leader's answer.
+		err := retry(ctx, 200*time.Millisecond, func() error {
+			_, err := n.proposer.propose(ctx, command{Type: cmdRemove, NodeID: n.id})
+			return err
+		})
+		if err != nil && !errors.Is(err, ErrUnknownNode) {
+			n.leaving.Store(false)
+			return fmt.Errorf("leave raft: %w", err)
+		}
+	}
+	n.gossip.updateMeta(func(m *meta) { m.Leaving = true })
+	if err := n.gossip.leave(5 * time.Second); err != nil {
+		n.logger.Warn("leave: gossip", "err", err)
+	}
+	n.logger.Info("left the cluster")
+	return n.Close()
+}
+
+// Withdrawn reports whether id was minted by this node in a tenure that has
+// ended since: the server drops such an ID from its prefetch buffer instead
+// of handing it out. An ID that does not decode under the node's layout is
+// withdrawn too.
+func (n *Node) Withdrawn(id int64) bool {
+	p, err := n.Layout().Decompose(id)
+	if err != nil {
+		return true
+	}
+	return n.agent.withdrawn.covers(p.Slot, p.Timestamp)
+}
+
+// SightedCopy takes a peer's hint that a process of this node's identity,
+// or of a member's, runs at grpcAddr (ClusterService.Status from a node of
+// the cluster). It is asked at the next housekeeping tick; nothing is
+// believed before it answers.
+func (n *Node) SightedCopy(grpcAddr string) { n.ident.copies.sighted(grpcAddr, time.Now()) }

@@ -1,12 +1,15 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/hashicorp/raft"
 )
 
 // A stop for a copy survives a restart. A process that stopped because a
@@ -38,7 +41,7 @@ func (iw *identityWatch) stopForGood(reason string, leave bool, tell ...string) 
 		n.logger.Error("record in the data dir that this process stopped", "path", path, "err", err)
 	}
 	iw.conflict.Store(&reason)
-	n.logger.Error("stopping issuing: " + n.Conflict().Error())
+	n.logger.Error("stopping issuing: " + n.ident.conflictErr().Error())
 	members := iw.groupGRPCAddrs()
 	go func() {
 		for _, about := range tell {
@@ -63,4 +66,56 @@ func stoppedBefore(dataDir string) (string, error) {
 	return fmt.Sprintf("this data dir stopped as a copy of another before this restart, and stays stopped: %s (wipe the data "+
 		"dir to start it as a new node; remove %s only if the other copy is gone for good and its cluster never issued this "+
 		"node's slot)", strings.TrimSpace(string(b)), path), nil
+}
+
+// groupGRPCAddrs is the gRPC address of every other server of this node's
+// Raft configuration that one is known for.
+func (iw *identityWatch) groupGRPCAddrs() []string {
+	n := iw.n
+	var out []string
+	for _, srv := range n.rs.raft.GetConfiguration().Configuration().Servers {
+		if id := string(srv.ID); id != n.id {
+			if a := n.members.grpcAddrOf(id); a != "" {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
+// leaveRaftAsCopy: a process that stopped because a copy of its identity
+// outranks it takes no more part in Raft. Its votes and its log would be a
+// second server of one ID (raftidentity.go), and as the leader it would
+// refuse its whole cluster's claims for good (a leader in conflict applies
+// nothing forwarded). So it hands leadership away if it has it, then shuts
+// Raft down; it goes on answering Status, which says it stopped.
+func (iw *identityWatch) leaveRaftAsCopy() {
+	n := iw.n
+	if n.rs.raft.State() == raft.Leader {
+		if err := n.rs.raft.LeadershipTransfer().Error(); err != nil {
+			n.logger.Warn("hand leadership away before leaving raft as a copy", "err", err)
+		}
+	}
+	if err := n.rs.raft.Shutdown().Error(); err != nil {
+		n.logger.Warn("leave raft as a copy", "err", err)
+		return
+	}
+	n.logger.Warn("left raft: a copy of this node's data dir outranks this process")
+}
+
+// tellAll tells each node at to that a process runs at about under its
+// identity or a member's (CopyTeller), one probe timeout each.
+func (iw *identityWatch) tellAll(to []string, about string) {
+	n := iw.n
+	t, ok := n.cfg.Prober.(CopyTeller)
+	if !ok {
+		return
+	}
+	for _, addr := range to {
+		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+		if err := t.TellCopy(ctx, addr, about); err != nil {
+			n.logger.Warn("tell a node of a copy of a node identity", "to", addr, "copy_grpc_addr", about, "err", err)
+		}
+		cancel()
+	}
 }

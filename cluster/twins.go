@@ -1,13 +1,8 @@
 package cluster
 
 import (
-	"context"
 	"fmt"
-	"sort"
-	"sync"
 	"time"
-
-	"github.com/hashicorp/raft"
 )
 
 // One node identity runs in one process at a time. A copied data dir (a
@@ -46,119 +41,6 @@ const (
 	copyContestMax = 30 * time.Second
 )
 
-// twinBook keeps the gRPC addresses where processes of this node's identity,
-// or of a member's, were sighted (gossip) or told of (a peer's hint), and
-// the proofs of those that answered as copies.
-type twinBook struct {
-	mu     sync.Mutex
-	seen   map[string]time.Time    // by gRPC address
-	proofs map[string]foreignProof // by gRPC address
-	first  map[string]time.Time    // when each address was first proven a copy
-	retry  map[string]time.Time    // by gRPC address
-}
-
-// sighted records a sighting, keeping the newest maxTwinSightings.
-func (b *twinBook) sighted(grpcAddr string, now time.Time) {
-	if grpcAddr == "" {
-		return
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.seen == nil {
-		b.seen = map[string]time.Time{}
-	}
-	b.seen[grpcAddr] = now
-	for len(b.seen) > maxTwinSightings {
-		oldest := ""
-		for a, at := range b.seen {
-			if oldest == "" || at.Before(b.seen[oldest]) {
-				oldest = a
-			}
-		}
-		delete(b.seen, oldest)
-	}
-}
-
-// due returns the recent sightings to ask: not proven lately
-// (foreignProof.freshFor), not waiting for a retry.
-func (b *twinBook) due(now time.Time, self string) []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []string
-	for addr, at := range b.seen {
-		p, proven := b.proofs[addr]
-		switch {
-		case now.Sub(at) > twinSightingTTL, addr == self:
-		case proven && now.Sub(p.at) < p.freshFor():
-		case now.Before(b.retry[addr]):
-		default:
-			out = append(out, addr)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-// failed: the address answered as no copy (or not at all); ask again later.
-func (b *twinBook) failed(addr string, now time.Time) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.retry == nil {
-		b.retry = map[string]time.Time{}
-	}
-	b.retry[addr] = now.Add(foreignRetry)
-}
-
-// prove records p and reports whether it is the address's first proof.
-func (b *twinBook) prove(p foreignProof) (first bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.proofs == nil {
-		b.proofs, b.first = map[string]foreignProof{}, map[string]time.Time{}
-	}
-	_, known := b.proofs[p.addr]
-	b.proofs[p.addr] = p
-	if !known {
-		b.first[p.addr] = p.at
-	}
-	return !known
-}
-
-// copies returns the proofs of every copy that answered.
-func (b *twinBook) copies() []foreignProof {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	out := make([]foreignProof, 0, len(b.proofs))
-	for _, p := range b.proofs {
-		out = append(out, p)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].addr < out[j].addr })
-	return out
-}
-
-// contests reports whether a proven copy closes the claims of node id or
-// the reserves of slot to this cluster's leader: while it still serves
-// (contestedBy: its windows grow past any fence until it stops), and after
-// it stopped until its windows on the slot are fenced (fenced reports
-// whether the slot's highWater reaches upTo), within copyContestMax.
-func (b *twinBook) contests(id string, slot int, now time.Time, fenced func(slot int, upTo int64) bool) (foreignProof, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if p, ok := contestedBy(b.proofs, b.first, id, slot, now, copyContestMax); ok {
-		return p, true
-	}
-	for k, p := range b.proofs {
-		if now.Sub(b.first[k]) > copyContestMax || p.slot < 0 || !(id != "" && p.id == id || slot >= 0 && p.slot == slot) {
-			continue
-		}
-		upTo := max(p.granted, p.windows[p.slot])
-		if !fenced(p.slot, upTo) {
-			return p, true
-		}
-	}
-	return foreignProof{}, false
-}
-
 // copyRanks is the decision between this process (serving, in a Raft
 // group of mineVoters voters, started at mine) and a proven copy: whether
 // this one stops. A copy that cannot issue stops nobody; one that can stops
@@ -182,16 +64,6 @@ func copyRanks(mineServing bool, mineVoters int, mine int64, mineAddr string, ot
 	return mineAddr > other.addr
 }
 
-// proofFrom is what the process at addr said of itself.
-func proofFrom(st Status, addr string, now time.Time) foreignProof {
-	stopped := st.Stopped != nil && *st.Stopped
-	return foreignProof{
-		id: st.ID, cluster: st.ClusterID, history: coarseIndex(st.AppliedIndex), slot: st.LastWindowSlot, granted: st.LastWindowGranted,
-		windows: st.GrantedWindows, layout: st.Layout, serving: (st.Ready || st.LeaderID != "") && !stopped,
-		saysStopped: st.Stopped != nil, at: now, started: st.Started, addr: addr, voters: st.Voters, leaderID: st.LeaderID, leaderAddr: st.LeaderAddr,
-	}
-}
-
 // checkCopies asks every recent sighting who it is. An answer of this
 // cluster under this node's ID, or under a member's ID from another
 // address than the one the cluster records for that member, with another
@@ -203,7 +75,7 @@ func (iw *identityWatch) checkCopies() {
 	n := iw.n
 	defer iw.copyChecks.Add(1)
 	own := iw.ownCluster()
-	if own == "" || n.Conflict() != nil {
+	if own == "" || n.ident.conflictErr() != nil {
 		return
 	}
 	now := time.Now()
@@ -322,26 +194,6 @@ func followForkAdvice(p foreignProof, stopped string) string {
 		"as a new node)", stopped, p.id, p.addr, p.cluster)
 }
 
-// leaveRaftAsCopy: a process that stopped because a copy of its identity
-// outranks it takes no more part in Raft. Its votes and its log would be a
-// second server of one ID (raftidentity.go), and as the leader it would
-// refuse its whole cluster's claims for good (a leader in conflict applies
-// nothing forwarded). So it hands leadership away if it has it, then shuts
-// Raft down; it goes on answering Status, which says it stopped.
-func (iw *identityWatch) leaveRaftAsCopy() {
-	n := iw.n
-	if n.rs.raft.State() == raft.Leader {
-		if err := n.rs.raft.LeadershipTransfer().Error(); err != nil {
-			n.logger.Warn("hand leadership away before leaving raft as a copy", "err", err)
-		}
-	}
-	if err := n.rs.raft.Shutdown().Error(); err != nil {
-		n.logger.Warn("leave raft as a copy", "err", err)
-		return
-	}
-	n.logger.Warn("left raft: a copy of this node's data dir outranks this process")
-}
-
 // tellOfCopy tells the copy at p.addr and the original at orig about each
 // other, and this node's leader about the copy: the two rank themselves, and
 // the leader fences the windows of the one that stops. Each asks the
@@ -360,44 +212,6 @@ func (iw *identityWatch) tellOfCopy(p foreignProof, orig string) {
 	}
 	iw.tellAll(about, p.addr)
 }
-
-// groupGRPCAddrs is the gRPC address of every other server of this node's
-// Raft configuration that one is known for.
-func (iw *identityWatch) groupGRPCAddrs() []string {
-	n := iw.n
-	var out []string
-	for _, srv := range n.rs.raft.GetConfiguration().Configuration().Servers {
-		if id := string(srv.ID); id != n.id {
-			if a := n.members.grpcAddrOf(id); a != "" {
-				out = append(out, a)
-			}
-		}
-	}
-	return out
-}
-
-// tellAll tells each node at to that a process runs at about under its
-// identity or a member's (CopyTeller), one probe timeout each.
-func (iw *identityWatch) tellAll(to []string, about string) {
-	n := iw.n
-	t, ok := n.cfg.Prober.(CopyTeller)
-	if !ok {
-		return
-	}
-	for _, addr := range to {
-		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
-		if err := t.TellCopy(ctx, addr, about); err != nil {
-			n.logger.Warn("tell a node of a copy of a node identity", "to", addr, "copy_grpc_addr", about, "err", err)
-		}
-		cancel()
-	}
-}
-
-// SightedCopy takes a peer's hint that a process of this node's identity,
-// or of a member's, runs at grpcAddr (ClusterService.Status from a node of
-// the cluster). It is asked at the next housekeeping tick; nothing is
-// believed before it answers.
-func (n *Node) SightedCopy(grpcAddr string) { n.ident.copies.sighted(grpcAddr, time.Now()) }
 
 // followAdvice is the reason a process gives when a member of its Raft
 // group (at reg) stopped because the member's copy p outranks it.

@@ -65,33 +65,3 @@ func (w *withdrawals) covers(slot int, ts int64) bool {
 	upTo, ok := w.upTo[slot]
 	return ok && ts <= upTo
 }
-
-// noteEnded records the end of the tenure the node's generator minted under,
-// once its replica shows it (fsm.afterApply, through stopIfEnded).
-func (a *agentShell) noteEnded() {
-	n := a.n
-	m := a.minted.Load()
-	if m == nil {
-		return
-	}
-	var (
-		upTo  int64
-		ended bool
-	)
-	n.fsm.view(func(s *state) { upTo, ended = endedUpTo(s, n.id, *m) })
-	if ended {
-		a.withdrawn.add(m.slot, upTo)
-	}
-}
-
-// Withdrawn reports whether id was minted by this node in a tenure that has
-// ended since: the server drops such an ID from its prefetch buffer instead
-// of handing it out. An ID that does not decode under the node's layout is
-// withdrawn too.
-func (n *Node) Withdrawn(id int64) bool {
-	p, err := n.Layout().Decompose(id)
-	if err != nil {
-		return true
-	}
-	return n.agent.withdrawn.covers(p.Slot, p.Timestamp)
-}

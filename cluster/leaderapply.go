@@ -1,0 +1,227 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// ApplyForwarded runs a command a follower forwarded to this node, which must
+// be the leader. It is the server side of Forwarder; forwardCheck (decide.go)
+// makes the identity checks.
+func (n *Node) ApplyForwarded(ctx context.Context, data []byte) ([]byte, error) {
+	in := forwardIn{Leader: n.rs.raft.State() == raft.Leader, Speaks: n.cfg.protocols}
+	var (
+		c      command
+		decErr error
+	)
+	if in.Leader {
+		if in.Conflict = n.ident.conflictErr(); in.Conflict == nil {
+			c, decErr = decodeCommand(data)
+			in.Own = n.ident.ownCluster()
+		}
+	}
+	if err := forwardCheck(in, c, decErr); err != nil {
+		if in.Leader && !errors.Is(err, ErrClusterConflict) {
+			n.peerLog.Refused("forward:"+c.nodeID(), "refused a forwarded command", "from", c.nodeID(), "type", c.Type.String(),
+				"its_protocol", versionOf(c.Protocol), "own_protocols", in.Speaks.String(), "err", err)
+		}
+		return nil, err
+	}
+	r, err := n.lead.handle(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	_, r.Protocol, _ = n.versions.clusterProtocol()
+	return encodeResult(r)
+}
+
+// handle runs a command on the leader, past handleCheck (decide.go): a new
+// leader answers only after its post-election Barrier, and the checks Apply
+// makes against the layout come before anything is proposed (after the
+// Barrier, so "not initialized" means it).
+func (ld *leader) handle(ctx context.Context, c command) (result, error) {
+	n := ld.n
+	var (
+		h   handling
+		err error
+	)
+	ready := ld.leaderReady.Load()
+	if n.fsm.view(func(s *state) { h, err = handleCheck(s, c, ready) }); err != nil {
+		return result{}, err
+	}
+	if h == handleRemove {
+		slot, err := ld.leaderRemove(ctx, c.NodeID)
+		return result{Slot: slot, ClusterID: n.ident.ownCluster()}, err
+	}
+	return ld.leaderApply(ctx, c)
+}
+
+// leaderApply is the leader-side guard in front of the log (DESIGN.md,
+// "The safety argument, in our words"): it gathers the inputs of
+// leaderCheck (decide.go: the skew refusals, and the clamp of a reserve's
+// UpTo to the cluster's time plus max-ahead) and carries out its decision. The cluster's time is the
+// quorum-th latest of this leader's clock and the voters' latest reports
+// (clustertime.go); a leader whose own clock is off it by more than max-skew
+// grants nothing and hands off. Apply itself never reads a clock.
+func (ld *leader) leaderApply(ctx context.Context, c command) (result, error) {
+	n := ld.n
+	now := n.clock.Now()
+	member := n.members.inRaftConfig(c.nodeID())
+	in := leaderIn{Now: now, Member: c.Type != cmdClaim || member, MaxAhead: n.cfg.MaxAhead, MaxSkew: n.cfg.MaxSkew}
+	var reports bool
+	n.fsm.view(func(s *state) { reports = reportsClock(s, c, member) })
+	if reports {
+		ld.clocks.observe(c.nodeID(), clockSample{reported: time.Unix(0, c.SentAt), leader: now, at: time.Now()})
+	}
+	in.ClusterNow, in.Known = ld.clusterNow(now)
+	var d leaderOut
+	n.fsm.view(func(s *state) { d = leaderCheck(s, c, in) })
+	if d.Handoff {
+		select {
+		case ld.handoff <- struct{}{}:
+		default:
+		}
+	}
+	if d.Err != nil {
+		return result{}, d.Err
+	}
+	if err := ld.contested(d); err != nil {
+		return result{}, err
+	}
+	d.Answer.ClusterID = n.ident.ownCluster()
+	if !d.Propose {
+		return d.Answer, nil
+	}
+	r, _, err := ld.raftApply(ctx, d.Cmd)
+	return leaderAnswer(d, r), err
+}
+
+// contested refuses a Claim by a node whose identity a proven copy still
+// serves, and a Reserve on a slot that a copy or a member of another
+// cluster still issues (contestedBy): whatever a fence closes off now,
+// their windows grow past it until they stop. The holder waits, not ready,
+// until the other answers that it stopped (a second or so after the two
+// meet) and the fence of its windows is final.
+func (ld *leader) contested(d leaderOut) error {
+	n := ld.n
+	if !d.Propose || (d.Cmd.Type != cmdClaim && d.Cmd.Type != cmdReserve) {
+		return nil
+	}
+	if hold := ld.forkHold.Load(); hold != nil {
+		return fmt.Errorf("%w: %s", ErrNotReady, *hold)
+	}
+	id, slot := d.Cmd.nodeID(), -1
+	if d.Cmd.Type == cmdReserve {
+		id, slot = "", d.Cmd.Slot
+	}
+	now := time.Now()
+	fenced := func(slot int, upTo int64) bool {
+		ok := true
+		n.fsm.view(func(s *state) { ok = slot >= len(s.Slots) || s.Slots[slot].HighWater >= upTo })
+		return ok
+	}
+	if p, ok := n.ident.copies.contests(id, slot, now, fenced); ok {
+		return fmt.Errorf("%w: a copy of node %s's data dir still issues slot %d at %s; the slot waits until it stops and its "+
+			"windows are fenced", ErrNotReady, p.id, p.slot, p.addr)
+	}
+	if p, ok := n.recon.foreign.contests(slot, now, n.cfg.contestMax); ok {
+		return fmt.Errorf("%w: node %s of cluster %s, which met this one, still issues slot %d; the slot waits until it stops "+
+			"and its windows are fenced", ErrNotReady, p.id, p.cluster, p.slot)
+	}
+	return nil
+}
+
+// raftApply proposes c and waits for it to be applied on this (leader) node.
+func (ld *leader) raftApply(ctx context.Context, c command) (result, uint64, error) {
+	n := ld.n
+	if f := n.cfg.applyFault; f != nil {
+		if err := f(c); err != nil {
+			return result{}, 0, fmt.Errorf("raft apply %s: %w", c.Type, err)
+		}
+	}
+	if err := writable(c.Type, max(n.versions.writeProtocol(), 1)); err != nil {
+		return result{}, 0, err
+	}
+	data, err := encodeCommand(c)
+	if err != nil {
+		return result{}, 0, err
+	}
+	timeout := applyTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+		if timeout <= 0 {
+			return result{}, 0, context.DeadlineExceeded
+		}
+	}
+	f := n.rs.raft.Apply(data, timeout)
+	if err := f.Error(); err != nil {
+		return result{}, 0, fmt.Errorf("raft apply %s: %w", c.Type, err)
+	}
+	r, err := appliedResult(c.Type, f.Index(), f.Response())
+	return r, f.Index(), err
+}
+
+// leaderRemove frees id's slot in the state and removes it from Raft,
+// refusing to remove the leader itself or to break quorum.
+func (ld *leader) leaderRemove(ctx context.Context, id string) (int, error) {
+	n := ld.n
+	if id == n.id {
+		return -1, ErrRemoveSelf
+	}
+	cf := n.rs.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return -1, err
+	}
+	var inRaft, voter bool
+	for _, s := range cf.Configuration().Servers {
+		if string(s.ID) == id {
+			inRaft, voter = true, s.Suffrage == raft.Voter
+		}
+	}
+	var inState bool
+	n.fsm.view(func(s *state) { _, inState = s.Nodes[id]; inState = inState || s.slotOf(id) >= 0 })
+	if !inRaft && !inState {
+		return -1, fmt.Errorf("%w: %s is not in the cluster", ErrUnknownNode, id)
+	}
+	if voter && !ld.quorumSurvives(cf.Configuration(), id) {
+		return -1, fmt.Errorf("%w: removing %s would leave fewer live voters than a quorum", ErrQuorum, id)
+	}
+	slot := -1
+	if inState {
+		r, _, err := ld.raftApply(ctx, command{Type: cmdRemove, NodeID: id})
+		if err != nil {
+			return -1, err
+		}
+		slot = r.Slot
+	}
+	if inRaft {
+		if err := n.rs.raft.RemoveServer(raft.ServerID(id), 0, applyTimeout).Error(); err != nil {
+			return slot, fmt.Errorf("remove %s from raft: %w", id, err)
+		}
+	}
+	n.gossip.forget(id)
+	n.logger.Info("removed node", "id", id, "freed_slot", slot)
+	return slot, nil
+}
+
+// quorumSurvives reports whether the voters left after removing id include a
+// quorum of live ones (alive in gossip, or this node).
+func (ld *leader) quorumSurvives(cfg raft.Configuration, id string) bool {
+	n := ld.n
+	members := n.gossip.snapshot()
+	voters, live := 0, 0
+	for _, s := range cfg.Servers {
+		if s.Suffrage != raft.Voter || string(s.ID) == id {
+			continue
+		}
+		voters++
+		if string(s.ID) == n.id || members[string(s.ID)].State == MemberAlive {
+			live++
+		}
+	}
+	return voters > 0 && live >= voters/2+1
+}

@@ -1,0 +1,120 @@
+package cluster
+
+import (
+	"sort"
+	"sync"
+	"time"
+)
+
+// twinBook keeps the gRPC addresses where processes of this node's identity,
+// or of a member's, were sighted (gossip) or told of (a peer's hint), and
+// the proofs of those that answered as copies.
+type twinBook struct {
+	mu     sync.Mutex
+	seen   map[string]time.Time    // by gRPC address
+	proofs map[string]foreignProof // by gRPC address
+	first  map[string]time.Time    // when each address was first proven a copy
+	retry  map[string]time.Time    // by gRPC address
+}
+
+// sighted records a sighting, keeping the newest maxTwinSightings.
+func (b *twinBook) sighted(grpcAddr string, now time.Time) {
+	if grpcAddr == "" {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.seen == nil {
+		b.seen = map[string]time.Time{}
+	}
+	b.seen[grpcAddr] = now
+	for len(b.seen) > maxTwinSightings {
+		oldest := ""
+		for a, at := range b.seen {
+			if oldest == "" || at.Before(b.seen[oldest]) {
+				oldest = a
+			}
+		}
+		delete(b.seen, oldest)
+	}
+}
+
+// due returns the recent sightings to ask: not proven lately
+// (foreignProof.freshFor), not waiting for a retry.
+func (b *twinBook) due(now time.Time, self string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for addr, at := range b.seen {
+		p, proven := b.proofs[addr]
+		switch {
+		case now.Sub(at) > twinSightingTTL, addr == self:
+		case proven && now.Sub(p.at) < p.freshFor():
+		case now.Before(b.retry[addr]):
+		default:
+			out = append(out, addr)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// failed: the address answered as no copy (or not at all); ask again later.
+func (b *twinBook) failed(addr string, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.retry == nil {
+		b.retry = map[string]time.Time{}
+	}
+	b.retry[addr] = now.Add(foreignRetry)
+}
+
+// prove records p and reports whether it is the address's first proof.
+func (b *twinBook) prove(p foreignProof) (first bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.proofs == nil {
+		b.proofs, b.first = map[string]foreignProof{}, map[string]time.Time{}
+	}
+	_, known := b.proofs[p.addr]
+	b.proofs[p.addr] = p
+	if !known {
+		b.first[p.addr] = p.at
+	}
+	return !known
+}
+
+// copies returns the proofs of every copy that answered.
+func (b *twinBook) copies() []foreignProof {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]foreignProof, 0, len(b.proofs))
+	for _, p := range b.proofs {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].addr < out[j].addr })
+	return out
+}
+
+// contests reports whether a proven copy closes the claims of node id or
+// the reserves of slot to this cluster's leader: while it still serves
+// (contestedBy: its windows grow past any fence until it stops), and after
+// it stopped until its windows on the slot are fenced (fenced reports
+// whether the slot's highWater reaches upTo), within copyContestMax.
+func (b *twinBook) contests(id string, slot int, now time.Time, fenced func(slot int, upTo int64) bool) (foreignProof, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p, ok := contestedBy(b.proofs, b.first, id, slot, now, copyContestMax); ok {
+		return p, true
+	}
+	for k, p := range b.proofs {
+		if now.Sub(b.first[k]) > copyContestMax || p.slot < 0 || !(id != "" && p.id == id || slot >= 0 && p.slot == slot) {
+			continue
+		}
+		upTo := max(p.granted, p.windows[p.slot])
+		if !fenced(p.slot, upTo) {
+			return p, true
+		}
+	}
+	return foreignProof{}, false
+}
