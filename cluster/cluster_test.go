@@ -306,7 +306,7 @@ func TestLaggingNodeCatchesUpFromSnapshot(t *testing.T) {
 		}
 		slot := leader.Status().Slot
 		for i := 0; i < 20; i++ {
-			if _, _, err := leader.lead.raftApply(context.Background(), command{Type: cmdReserve, NodeID: leader.ID(), Slot: slot, Tenure: leader.agent.tenure.Load()}); err != nil {
+			if _, _, err := leader.gate.raftApply(context.Background(), command{Type: cmdReserve, NodeID: leader.ID(), Slot: slot, Tenure: leader.agent.tenure.Load()}); err != nil {
 				return false
 			}
 		}

@@ -134,8 +134,8 @@ func clusterTime(own time.Time, others []time.Time, quorum int) (t time.Time, kn
 
 // clusterNow is the cluster's time as this leader sees it, from its own clock
 // now and the voters' latest reports (clockQuorum says which count).
-func (ld *leader) clusterNow(own time.Time) (time.Time, bool) {
-	n := ld.n
+func (cc *clusterClock) clusterNow(own time.Time) (time.Time, bool) {
+	n := cc.n
 	f := n.rs.raft.GetConfiguration()
 	if f.Error() != nil {
 		return own, false
@@ -147,7 +147,7 @@ func (ld *leader) clusterNow(own time.Time) (time.Time, bool) {
 		}
 	}
 	led := time.Duration(0)
-	if since := ld.ledSince.Load(); since != 0 {
+	if since := cc.ledSince.Load(); since != 0 {
 		led = time.Since(time.Unix(0, since))
 	}
 	now := time.Now()
@@ -160,18 +160,18 @@ func (ld *leader) clusterNow(own time.Time) (time.Time, bool) {
 	for _, id := range others {
 		m, seen := members[id]
 		gone := seen && (m.State == MemberDead || m.State == MemberLeft)
-		if clockAwaited(len(ld.clocks.byID([]string{id}, now, n.cfg.clockTTL)) > 0, gone, founded) {
+		if clockAwaited(len(cc.clocks.byID([]string{id}, now, n.cfg.clockTTL)) > 0, gone, founded) {
 			awaited++
 		}
 	}
-	est, quorum := clockQuorum(ld.clocks.byID(others, now, n.cfg.clockTTL), awaited, led, n.cfg.clockTTL)
+	est, quorum := clockQuorum(cc.clocks.byID(others, now, n.cfg.clockTTL), awaited, led, n.cfg.clockTTL)
 	return clusterTime(own, est, quorum)
 }
 
 // unreportedVoters are the other voters whose clocks this leader has not
 // heard within the TTL.
-func (ld *leader) unreportedVoters() []string {
-	n := ld.n
+func (cc *clusterClock) unreportedVoters() []string {
+	n := cc.n
 	f := n.rs.raft.GetConfiguration()
 	if f.Error() != nil {
 		return nil
@@ -179,7 +179,7 @@ func (ld *leader) unreportedVoters() []string {
 	var out []string
 	for _, s := range f.Configuration().Servers {
 		id := string(s.ID)
-		if s.Suffrage == raft.Voter && id != n.id && len(ld.clocks.byID([]string{id}, time.Now(), n.cfg.clockTTL)) == 0 {
+		if s.Suffrage == raft.Voter && id != n.id && len(cc.clocks.byID([]string{id}, time.Now(), n.cfg.clockTTL)) == 0 {
 			out = append(out, id)
 		}
 	}
@@ -249,8 +249,8 @@ func statusClock(id, own string, st Status, leaderNow, at time.Time) (clockSampl
 // authenticated transport and records the clock it answers with. It runs
 // beside the leader loop, so that a slow or silent voter never holds up a
 // sweep.
-func (ld *leader) pollClocks(stop <-chan struct{}) {
-	n := ld.n
+func (cc *clusterClock) pollClocks(stop <-chan struct{}) {
+	n := cc.n
 	tick := time.NewTicker(clockPollEvery)
 	defer tick.Stop()
 	for first := true; ; first = false {
@@ -272,14 +272,14 @@ func (ld *leader) pollClocks(stop <-chan struct{}) {
 				voters = append(voters, string(s.ID))
 			}
 		}
-		ld.clocks.retain(servers)
+		cc.clocks.retain(servers)
 		own := n.ident.ownCluster()
 		keys := map[probeKey]bool{}
 		heard := func(id string) time.Time {
-			if t := ld.protocols.provenAt(id); t.Before(time.Now().Add(-protocolPollEvery)) {
+			if t := cc.n.versions.protocols.provenAt(id); t.Before(time.Now().Add(-protocolPollEvery)) {
 				return time.Time{} // its range is due: ask it whatever it reported since
 			}
-			return ld.clocks.heardSince(id)
+			return cc.clocks.heardSince(id)
 		}
 		for _, id := range clockPollTargets(voters, n.id, heard, time.Now(), clockPollEvery) {
 			if addr := n.members.grpcAddrOf(id); addr != "" {
@@ -290,9 +290,9 @@ func (ld *leader) pollClocks(stop <-chan struct{}) {
 			if a.err != nil || a.st.ID != k.id || a.st.ClusterID != own {
 				continue
 			}
-			ld.protocols.prove(k.id, a.st.Protocols.orLegacy())
+			cc.n.versions.protocols.prove(k.id, a.st.Protocols.orLegacy())
 			if s, ok := statusClock(k.id, own, a.st, n.clock.Now(), time.Now()); ok {
-				ld.clocks.observe(k.id, s)
+				cc.clocks.observe(k.id, s)
 			}
 		}
 	}

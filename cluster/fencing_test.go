@@ -228,11 +228,11 @@ func TestLeaderAnswersOnlyAfterBarrier(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.lead.leaderReady.Store(false) // as between winning the election and the Barrier
+	a.gate.leaderReady.Store(false) // as between winning the election and the Barrier
 	if _, err := a.ApplyForwarded(context.Background(), data); !errors.Is(err, ErrLeaderNotReady) {
 		t.Fatalf("before the barrier: %v, want %v", err, ErrLeaderNotReady)
 	}
-	a.lead.leaderReady.Store(true)
+	a.gate.leaderReady.Store(true)
 	if _, err := a.ApplyForwarded(context.Background(), data); err != nil {
 		t.Fatalf("after the barrier: %v", err)
 	}

@@ -199,16 +199,16 @@ func contestedBy(proofs map[string]foreignProof, from map[string]time.Time, id s
 // cluster ID. A leader also asks the members of its own cluster ID that its
 // Raft configuration does not list (forkOf): a member of another log with
 // this cluster's ID is fenced like another cluster's until it stops.
-func (rc *reconciler) proveForeign(own string) []foreignProof {
-	n := rc.n
+func (ms *membership) proveForeign(own string) []foreignProof {
+	n := ms.n
 	now := time.Now()
 	keys := map[probeKey]bool{}
 	claimed := map[string]gossipMember{}
 	var servers map[string]string // this leader's configuration, ID to Raft address
 	if n.rs.raft.State() == raft.Leader {
-		servers = n.members.configServers()
+		servers = ms.configServers()
 	}
-	b := &rc.foreign
+	b := &ms.foreign
 	b.mu.Lock()
 	for id, m := range n.gossip.snapshot() {
 		_, listed := servers[id]
@@ -226,7 +226,7 @@ func (rc *reconciler) proveForeign(own string) []foreignProof {
 		claimed[id] = m
 	}
 	b.mu.Unlock()
-	answers := n.members.probeAll(keys)
+	answers := ms.probeAll(keys)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for k, a := range answers {

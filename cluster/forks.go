@@ -123,7 +123,7 @@ func (b *foreignBook) forkVerdict(mine forkSide, led time.Time, confirm time.Dur
 func (rc *reconciler) checkForks() {
 	n := rc.n
 	if n.ident.conflictErr() != nil || n.rs.raft.State() != raft.Leader {
-		n.lead.forkHold.Store(nil)
+		n.gate.forkHold.Store(nil)
 		return
 	}
 	now := time.Now()
@@ -132,27 +132,27 @@ func (rc *reconciler) checkForks() {
 			rc.copyServed = now
 		}
 	}
-	led := n.lead.ledSince.Load()
+	led := n.clusterClock.ledSince.Load()
 	if now.Sub(rc.copyServed) < foreignConflictTTL || led == 0 {
-		n.lead.forkHold.Store(nil)
+		n.gate.forkHold.Store(nil)
 		return
 	}
 	mine := forkSide{voters: n.members.voters(), history: n.ident.history(), leaderID: n.id, leaderAddr: n.cfg.RaftAdvertise}
-	b := &rc.foreign
+	b := &rc.n.members.foreign
 	b.mu.Lock()
 	lose, stop, losing := b.forkVerdict(mine, time.Unix(0, led), forkConfirm, now)
 	b.mu.Unlock()
 	if !losing {
-		n.lead.forkHold.Store(nil)
+		n.gate.forkHold.Store(nil)
 		return
 	}
 	if stop {
-		n.ident.stopForGood(forkAdvice(lose, mine), false, lose.addr, n.cfg.GRPCAddr)
+		n.twins.stopForGood(forkAdvice(lose, mine), false, lose.addr, n.cfg.GRPCAddr)
 		return
 	}
 	hold := fmt.Sprintf("node %s at %s serves another raft group of this cluster ID that outranks this one (%d voters against %d): "+
 		"this leader grants nothing until the two are settled (this group stops, or the other)", lose.id, lose.addr, lose.voters, mine.voters)
-	n.lead.forkHold.Store(&hold)
+	n.gate.forkHold.Store(&hold)
 }
 
 // forkAdvice is the reason a leader gives when its Raft group ranks lower

@@ -25,7 +25,7 @@ func (hk *housekeeper) housekeeping() {
 		}
 		n.members.leaderKnown() // keeps leaderSeen fresh between readiness checks
 		n.ident.checkConflict()
-		n.ident.checkCopies()
+		n.twins.checkCopies()
 		n.recon.checkForks()
 		n.log.saveApplied()
 		odd := n.versions.protocolOdd() // off the serving path: Ready reads it
@@ -51,7 +51,7 @@ func (hk *housekeeper) housekeeping() {
 // is ready again. Only housekeeping calls it.
 func (hk *housekeeper) logReadiness() {
 	n := hk.n
-	ok, reason := n.house.ready()
+	ok, reason := hk.ready()
 	kind := reasonKind(reason)
 	if ok {
 		kind = ""
@@ -108,7 +108,7 @@ func (hk *housekeeper) ready() (bool, string) {
 	if err := n.ident.conflictErr(); err != nil {
 		return false, err.Error()
 	}
-	if r := n.house.odd.Load(); r != nil && *r != "" {
+	if r := hk.odd.Load(); r != nil && *r != "" {
 		return false, *r
 	}
 	g := n.agent.gen.Load()
@@ -138,7 +138,7 @@ func (hk *housekeeper) ready() (bool, string) {
 	// A lone voter's clock is the cluster's time: a step back of it is not a
 	// window granted ahead of the cluster, and the node keeps issuing from
 	// its cursor as it always has.
-	if ahead := n.house.windowAhead(g); ahead > n.cfg.MaxAhead+g.Layout().Unit+aheadSlack && n.members.otherVoters() > 0 {
+	if ahead := hk.windowAhead(g); ahead > n.cfg.MaxAhead+g.Layout().Unit+aheadSlack && n.members.otherVoters() > 0 {
 		return false, fmt.Sprintf("window runs %v ahead of the cluster's time (max-ahead %v): it was granted while a clock was wrong, "+
 			"or the data dir was restored from an old copy; IDs from it would decode to future times, so the node waits for real time to catch up",
 			ahead.Round(time.Second), n.cfg.MaxAhead)

@@ -149,7 +149,7 @@ func (iw *identityWatch) checkConflict() {
 	now := time.Now()
 	// Only what a member proved over the authenticated transport counts
 	// (foreign.go): a gossip key alone can make up a cluster with any history.
-	for _, p := range n.recon.proveForeign(own.ID) {
+	for _, p := range n.members.proveForeign(own.ID) {
 		// A member of another log with this cluster's ID is not another
 		// cluster to rank: which of the two groups stops is the copies'
 		// decision (twins.go).
@@ -182,7 +182,7 @@ func (iw *identityWatch) checkConflict() {
 		// The agent sees the reason, revokes the generator and claims no more.
 		reason := conflictAdvice(mine, other, m.Meta.Name, m.Addr)
 		iw.conflict.Store(&reason)
-		n.logger.Error("stopping issuing: " + n.ident.conflictErr().Error())
+		n.logger.Error("stopping issuing: " + iw.conflictErr().Error())
 	}
 }
 
@@ -232,8 +232,7 @@ func addable(m gossipMember, own string) bool {
 
 // conflictErr is Node.Conflict's answer (see there).
 func (iw *identityWatch) conflictErr() error {
-	n := iw.n
-	if c := n.ident.conflict.Load(); c != nil {
+	if c := iw.conflict.Load(); c != nil {
 		return fmt.Errorf("%w: %s", ErrClusterConflict, *c)
 	}
 	return nil

@@ -92,7 +92,7 @@ func (ld *leader) leaderLoop(stop chan struct{}) {
 	n := ld.n
 	n.logger.Info("gained leadership")
 	defer n.logger.Info("lost leadership")
-	defer ld.leaderReady.Store(false)
+	defer ld.n.gate.leaderReady.Store(false)
 	n.recon.leaderState = newLeaderState()
 	for {
 		if err := n.rs.raft.Barrier(applyTimeout).Error(); err == nil {
@@ -106,12 +106,12 @@ func (ld *leader) leaderLoop(stop chan struct{}) {
 		case <-time.After(time.Second):
 		}
 	}
-	ld.leaderReady.Store(true)
-	ld.ledSince.Store(time.Now().UnixNano())
-	defer ld.ledSince.Store(0)
+	ld.n.gate.leaderReady.Store(true)
+	ld.n.clusterClock.ledSince.Store(time.Now().UnixNano())
+	defer ld.n.clusterClock.ledSince.Store(0)
 	pollStop := make(chan struct{})
 	defer close(pollStop)
-	go ld.pollClocks(pollStop)
+	go ld.n.clusterClock.pollClocks(pollStop)
 	// Until the Init entry is applied every Claim is refused, so a failed
 	// establish (a slow disk, a commit timeout) is retried with backoff for as
 	// long as this node leads; it is never left to a leadership change.
@@ -158,7 +158,7 @@ func (ld *leader) leaderLoop(stop chan struct{}) {
 		case <-tick.C:
 		case <-n.gossip.events:
 		case <-wake:
-		case <-ld.handoff:
+		case <-ld.n.gate.handoff:
 			if ld.leaderClockIsOffClusterTime() {
 				return
 			}
@@ -204,11 +204,11 @@ func (ld *leader) establish() error {
 		return nil
 	}
 	now := n.clock.Now()
-	ct, known := ld.clusterNow(now)
+	ct, known := ld.n.clusterClock.clusterNow(now)
 	if err := founderCheck(n.cfg.bootstrapLayout(), now, ct, known, n.cfg.MaxSkew); err != nil {
 		if errors.Is(err, errAwaitingClocks) {
 			err = fmt.Errorf("%w (not heard from: %s; a release before protocol 2 reports no clock before Init: "+
-				"found a cluster with nodes of one release)", err, strings.Join(ld.unreportedVoters(), ", "))
+				"found a cluster with nodes of one release)", err, strings.Join(ld.n.clusterClock.unreportedVoters(), ", "))
 		}
 		return err
 	}
@@ -216,7 +216,7 @@ func (ld *leader) establish() error {
 	if _, err := rand.Read(b[:]); err != nil {
 		return err
 	}
-	_, _, err := ld.raftApply(context.Background(), initCommand(n.cfg.bootstrapLayout(), hex.EncodeToString(b[:]), ct, n.cfg.MaxAhead))
+	_, _, err := ld.n.gate.raftApply(context.Background(), initCommand(n.cfg.bootstrapLayout(), hex.EncodeToString(b[:]), ct, n.cfg.MaxAhead))
 	return err
 }
 
@@ -245,7 +245,7 @@ func founderCheck(l generator.Layout, now, ct time.Time, known bool, maxSkew tim
 // Raft picks; it reports whether leadership moved.
 func (ld *leader) handOffToClusterTime() bool {
 	n := ld.n
-	ct, _ := ld.clusterNow(n.clock.Now())
+	ct, _ := ld.n.clusterClock.clusterNow(n.clock.Now())
 	f := n.rs.raft.LeadershipTransfer
 	if id, addr, ok := ld.inStepVoter(ct); ok {
 		f = func() raft.Future { return n.rs.raft.LeadershipTransferToServer(id, addr) }
@@ -344,7 +344,7 @@ func (rc *reconciler) memberAct(a memberAction, now time.Time) {
 	case actReap:
 		rc.reap(a.ID, a.Why)
 	case actRefuse:
-		n.members.refuse(a.ID, a.Name, a.Why, a.Err)
+		n.recon.refuse(a.ID, a.Name, a.Why, a.Err)
 	case actNote:
 		n.logger.Debug(a.Why, "id", a.ID)
 	case actWait:
@@ -378,7 +378,7 @@ func (rc *reconciler) reap(id, why string) {
 	n := rc.n
 	ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
 	defer cancel()
-	slot, err := n.lead.leaderRemove(ctx, id)
+	slot, err := n.gate.leaderRemove(ctx, id)
 	if err != nil {
 		n.logger.Warn("reap", "id", id, "reason", why, "err", err)
 		return
@@ -394,7 +394,7 @@ func (rc *reconciler) reap(id, why string) {
 func (ld *leader) leaderClockIsOffClusterTime() bool {
 	n := ld.n
 	now := n.clock.Now()
-	ct, known := ld.clusterNow(now)
+	ct, known := ld.n.clusterClock.clusterNow(now)
 	off := now.Sub(ct)
 	if !known || (off <= n.cfg.MaxSkew && off >= -n.cfg.MaxSkew) {
 		return false
@@ -430,7 +430,7 @@ func (ld *leader) inStepVoter(ct time.Time) (raft.ServerID, raft.ServerAddress, 
 		if s.Suffrage != raft.Voter || string(s.ID) == n.id {
 			continue
 		}
-		est := ld.clocks.byID([]string{string(s.ID)}, time.Now(), n.cfg.clockTTL)
+		est := ld.n.clusterClock.clocks.byID([]string{string(s.ID)}, time.Now(), n.cfg.clockTTL)
 		if len(est) == 0 {
 			continue
 		}
@@ -469,7 +469,7 @@ func (ld *leader) leaderProtocolIsOdd() bool {
 // room. It returns true when leadership was handed off.
 func (ld *leader) leaderClockIsOutlier() bool {
 	n := ld.n
-	off, within := ld.clocks.recent(n.id, 5*time.Second, n.cfg.MaxSkew, time.Now())
+	off, within := ld.n.clusterClock.clocks.recent(n.id, 5*time.Second, n.cfg.MaxSkew, time.Now())
 	if off < 2 || off <= within {
 		return false
 	}
@@ -479,7 +479,7 @@ func (ld *leader) leaderClockIsOutlier() bool {
 		n.logger.Warn("leadership transfer", "err", err)
 		return false
 	}
-	ld.clocks.reset()
+	ld.n.clusterClock.clocks.reset()
 	return true
 }
 
@@ -513,7 +513,7 @@ func (rc *reconciler) fenceForeign() {
 	}
 	// Copies of this node's data dir that stopped are fenced like another
 	// cluster (twins.go): their log granted windows this one never saw.
-	proofs := append(rc.proveForeign(own), n.ident.copies.copies()...)
+	proofs := append(rc.n.members.proveForeign(own), n.ident.copies.copies()...)
 	for _, f := range foreignFences(proofs, layout) {
 		if f.otherLayout {
 			n.peerLog.Refused("fence:"+f.foreign, "not fencing a window of another cluster of another layout: its IDs "+
@@ -524,7 +524,7 @@ func (rc *reconciler) fenceForeign() {
 		n.fsm.view(func(s *state) { cmds = fenceCommands(s, f, own) })
 		for _, c := range cmds {
 			ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
-			_, _, err := n.lead.raftApply(ctx, c)
+			_, _, err := n.gate.raftApply(ctx, c)
 			cancel()
 			switch {
 			case c.Type == cmdRelease && err == nil:

@@ -31,7 +31,7 @@ func (n *Node) ApplyForwarded(ctx context.Context, data []byte) ([]byte, error) 
 		}
 		return nil, err
 	}
-	r, err := n.lead.handle(ctx, c)
+	r, err := n.gate.handle(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -43,21 +43,21 @@ func (n *Node) ApplyForwarded(ctx context.Context, data []byte) ([]byte, error) 
 // leader answers only after its post-election Barrier, and the checks Apply
 // makes against the layout come before anything is proposed (after the
 // Barrier, so "not initialized" means it).
-func (ld *leader) handle(ctx context.Context, c command) (result, error) {
-	n := ld.n
+func (lg *leaderGate) handle(ctx context.Context, c command) (result, error) {
+	n := lg.n
 	var (
 		h   handling
 		err error
 	)
-	ready := ld.leaderReady.Load()
+	ready := lg.leaderReady.Load()
 	if n.fsm.view(func(s *state) { h, err = handleCheck(s, c, ready) }); err != nil {
 		return result{}, err
 	}
 	if h == handleRemove {
-		slot, err := ld.leaderRemove(ctx, c.NodeID)
+		slot, err := lg.leaderRemove(ctx, c.NodeID)
 		return result{Slot: slot, ClusterID: n.ident.ownCluster()}, err
 	}
-	return ld.leaderApply(ctx, c)
+	return lg.leaderApply(ctx, c)
 }
 
 // leaderApply is the leader-side guard in front of the log (DESIGN.md,
@@ -67,36 +67,36 @@ func (ld *leader) handle(ctx context.Context, c command) (result, error) {
 // quorum-th latest of this leader's clock and the voters' latest reports
 // (clustertime.go); a leader whose own clock is off it by more than max-skew
 // grants nothing and hands off. Apply itself never reads a clock.
-func (ld *leader) leaderApply(ctx context.Context, c command) (result, error) {
-	n := ld.n
+func (lg *leaderGate) leaderApply(ctx context.Context, c command) (result, error) {
+	n := lg.n
 	now := n.clock.Now()
 	member := n.members.inRaftConfig(c.nodeID())
 	in := leaderIn{Now: now, Member: c.Type != cmdClaim || member, MaxAhead: n.cfg.MaxAhead, MaxSkew: n.cfg.MaxSkew}
 	var reports bool
 	n.fsm.view(func(s *state) { reports = reportsClock(s, c, member) })
 	if reports {
-		ld.clocks.observe(c.nodeID(), clockSample{reported: time.Unix(0, c.SentAt), leader: now, at: time.Now()})
+		lg.n.clusterClock.clocks.observe(c.nodeID(), clockSample{reported: time.Unix(0, c.SentAt), leader: now, at: time.Now()})
 	}
-	in.ClusterNow, in.Known = ld.clusterNow(now)
+	in.ClusterNow, in.Known = lg.n.clusterClock.clusterNow(now)
 	var d leaderOut
 	n.fsm.view(func(s *state) { d = leaderCheck(s, c, in) })
 	if d.Handoff {
 		select {
-		case ld.handoff <- struct{}{}:
+		case lg.handoff <- struct{}{}:
 		default:
 		}
 	}
 	if d.Err != nil {
 		return result{}, d.Err
 	}
-	if err := ld.contested(d); err != nil {
+	if err := lg.contested(d); err != nil {
 		return result{}, err
 	}
 	d.Answer.ClusterID = n.ident.ownCluster()
 	if !d.Propose {
 		return d.Answer, nil
 	}
-	r, _, err := ld.raftApply(ctx, d.Cmd)
+	r, _, err := lg.raftApply(ctx, d.Cmd)
 	return leaderAnswer(d, r), err
 }
 
@@ -106,12 +106,12 @@ func (ld *leader) leaderApply(ctx context.Context, c command) (result, error) {
 // their windows grow past it until they stop. The holder waits, not ready,
 // until the other answers that it stopped (a second or so after the two
 // meet) and the fence of its windows is final.
-func (ld *leader) contested(d leaderOut) error {
-	n := ld.n
+func (lg *leaderGate) contested(d leaderOut) error {
+	n := lg.n
 	if !d.Propose || (d.Cmd.Type != cmdClaim && d.Cmd.Type != cmdReserve) {
 		return nil
 	}
-	if hold := ld.forkHold.Load(); hold != nil {
+	if hold := lg.forkHold.Load(); hold != nil {
 		return fmt.Errorf("%w: %s", ErrNotReady, *hold)
 	}
 	id, slot := d.Cmd.nodeID(), -1
@@ -128,7 +128,7 @@ func (ld *leader) contested(d leaderOut) error {
 		return fmt.Errorf("%w: a copy of node %s's data dir still issues slot %d at %s; the slot waits until it stops and its "+
 			"windows are fenced", ErrNotReady, p.id, p.slot, p.addr)
 	}
-	if p, ok := n.recon.foreign.contests(slot, now, n.cfg.contestMax); ok {
+	if p, ok := n.members.foreign.contests(slot, now, n.cfg.contestMax); ok {
 		return fmt.Errorf("%w: node %s of cluster %s, which met this one, still issues slot %d; the slot waits until it stops "+
 			"and its windows are fenced", ErrNotReady, p.id, p.cluster, p.slot)
 	}
@@ -136,8 +136,8 @@ func (ld *leader) contested(d leaderOut) error {
 }
 
 // raftApply proposes c and waits for it to be applied on this (leader) node.
-func (ld *leader) raftApply(ctx context.Context, c command) (result, uint64, error) {
-	n := ld.n
+func (lg *leaderGate) raftApply(ctx context.Context, c command) (result, uint64, error) {
+	n := lg.n
 	if f := n.cfg.applyFault; f != nil {
 		if err := f(c); err != nil {
 			return result{}, 0, fmt.Errorf("raft apply %s: %w", c.Type, err)
@@ -167,8 +167,8 @@ func (ld *leader) raftApply(ctx context.Context, c command) (result, uint64, err
 
 // leaderRemove frees id's slot in the state and removes it from Raft,
 // refusing to remove the leader itself or to break quorum.
-func (ld *leader) leaderRemove(ctx context.Context, id string) (int, error) {
-	n := ld.n
+func (lg *leaderGate) leaderRemove(ctx context.Context, id string) (int, error) {
+	n := lg.n
 	if id == n.id {
 		return -1, ErrRemoveSelf
 	}
@@ -187,12 +187,12 @@ func (ld *leader) leaderRemove(ctx context.Context, id string) (int, error) {
 	if !inRaft && !inState {
 		return -1, fmt.Errorf("%w: %s is not in the cluster", ErrUnknownNode, id)
 	}
-	if voter && !ld.quorumSurvives(cf.Configuration(), id) {
+	if voter && !lg.quorumSurvives(cf.Configuration(), id) {
 		return -1, fmt.Errorf("%w: removing %s would leave fewer live voters than a quorum", ErrQuorum, id)
 	}
 	slot := -1
 	if inState {
-		r, _, err := ld.raftApply(ctx, command{Type: cmdRemove, NodeID: id})
+		r, _, err := lg.raftApply(ctx, command{Type: cmdRemove, NodeID: id})
 		if err != nil {
 			return -1, err
 		}
@@ -210,8 +210,8 @@ func (ld *leader) leaderRemove(ctx context.Context, id string) (int, error) {
 
 // quorumSurvives reports whether the voters left after removing id include a
 // quorum of live ones (alive in gossip, or this node).
-func (ld *leader) quorumSurvives(cfg raft.Configuration, id string) bool {
-	n := ld.n
+func (lg *leaderGate) quorumSurvives(cfg raft.Configuration, id string) bool {
+	n := lg.n
 	members := n.gossip.snapshot()
 	voters, live := 0, 0
 	for _, s := range cfg.Servers {

@@ -31,8 +31,7 @@ func (ms *membership) grpcAddrOf(id string) string {
 
 // resolveNode finds a node's ID by ID or name among the state, Raft and gossip.
 func (ms *membership) resolveNode(node string) (string, error) {
-	n := ms.n
-	members, _ := n.members.list()
+	members, _ := ms.list()
 	var byName []string
 	for _, m := range members {
 		if m.ID == node {

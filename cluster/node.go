@@ -47,15 +47,18 @@ type Node struct {
 	shutdownCh   chan struct{}
 	leaving      atomic.Bool
 	// The roles (roles.go; the slot agent in agent.go).
-	agent    agentShell
-	lead     leader
-	recon    reconciler
-	members  membership
-	ident    identityWatch
-	versions versionView
-	log      logView
-	proposer proposer
-	house    housekeeper
+	agent        agentShell
+	lead         leader
+	gate         leaderGate
+	clusterClock clusterClock
+	twins        copyWatch
+	recon        reconciler
+	members      membership
+	ident        identityWatch
+	versions     versionView
+	log          logView
+	proposer     proposer
+	house        housekeeper
 	// doors counts what the Raft and gossip ports' bounds refused.
 	doors *door.Counts
 	wg    sync.WaitGroup
@@ -102,9 +105,9 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n.agent.n, n.lead.n, n.recon.n, n.members.n, n.ident.n = n, n, n, n, n
 	n.versions.n, n.log.n, n.proposer.n, n.house.n = n, n, n, n
-	n.lead.handoff = make(chan struct{}, 1)
+	n.gate.handoff = make(chan struct{}, 1)
 	n.fsm.afterApply = n.agent.stopIfEnded
-	n.recon.foreign.init()
+	n.members.foreign.init()
 	if reason, err := stoppedBefore(cfg.DataDir); err != nil {
 		return nil, err
 	} else if reason != "" {
@@ -157,7 +160,7 @@ func Open(cfg Config) (*Node, error) {
 
 	if n.ident.conflict.Load() != nil {
 		logger.Error("stopped: " + n.Conflict().Error())
-		go n.ident.leaveRaftAsCopy()
+		go n.twins.leaveRaftAsCopy()
 	}
 	n.wg.Go(n.lead.monitorLeadership)
 	n.wg.Go(n.agent.run)

@@ -267,8 +267,8 @@ func (ls *leaderState) probeFailed(id, key string, now time.Time) {
 
 // refuse logs why the leader did not act on a member, once per reason
 // (the sentinel) and member while this node leads.
-func (ms *membership) refuse(id, name, action string, err error) {
-	n := ms.n
+func (rc *reconciler) refuse(id, name, action string, err error) {
+	n := rc.n
 	kind := err
 	for _, s := range []error{errProbeUnanswered, errProbeOtherNode, errProbeLeaving, errProbeRaftAddr, errProbeCluster, errProbeBehind, errNoProber, ErrProtocol, errProbeNoClaim} {
 		if errors.Is(err, s) {
@@ -277,10 +277,10 @@ func (ms *membership) refuse(id, name, action string, err error) {
 		}
 	}
 	key := action + ": " + kind.Error()
-	if n.recon.leaderState.refused[id] == key {
+	if rc.leaderState.refused[id] == key {
 		return
 	}
-	n.recon.leaderState.refused[id] = key
+	rc.leaderState.refused[id] = key
 	if errors.Is(err, errProbeBehind) || errors.Is(err, errProbeLeaving) {
 		n.logger.Info(action, "id", id, "name", name, "reason", err)
 		return

@@ -34,7 +34,7 @@ func (pr *proposer) propose(ctx context.Context, c command) (result, error) {
 	_, c.Protocol, _ = n.versions.clusterProtocol()
 	switch rt, err := proposeRoute(in); rt {
 	case routeLocal:
-		return n.lead.handle(ctx, c)
+		return n.gate.handle(ctx, c)
 	case routeRefuse:
 		return result{}, err
 	}

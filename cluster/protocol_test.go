@@ -211,7 +211,7 @@ func TestSilentVoterDoesNotStopTheLeader(t *testing.T) {
 			b := c.node("b").ID()
 			c.stop("b")
 			harness.WaitFor(t, 10*time.Second, "b's last clock report to be older than the TTL", func() bool {
-				return len(a.lead.clocks.byID([]string{b}, time.Now(), a.cfg.clockTTL)) == 0
+				return len(a.clusterClock.clocks.byID([]string{b}, time.Now(), a.cfg.clockTTL)) == 0
 			})
 			keepsGranting(t, c, a, 15*time.Second)
 			if ok, reason := a.Ready(); !ok {

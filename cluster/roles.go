@@ -22,17 +22,26 @@ import (
 //	proposer -> lead (when this node leads), members, ident, versions
 //	ident, members, versions, log -> the shared parts only
 
-// leader is the leader's side: the leader loop (establish, hand-offs),
-// cluster time, and the guard in front of the log (handle, leaderApply,
-// raftApply, leaderRemove).
-type leader struct {
-	n           *Node
-	leaderReady atomic.Bool // this node leads and has passed its Barrier
-	clocks      clockBook   // the nodes' latest clock reports, while leading
-	protocols   provenBook  // the servers' proven protocol ranges, while leading
+// leader is the leader loop: establish, reconcile's turns, the hand-offs
+// when this leader's clock or protocol is off.
+type leader struct{ n *Node }
+
+// clusterClock is cluster time as this node reckons it while leading: the
+// voters' latest clock reports and the quorum-th latest of them
+// (clustertime.go).
+type clusterClock struct {
+	n      *Node
+	clocks clockBook // the nodes' latest clock reports, while leading
 	// ledSince is when this node last gained leadership (Unix ns, 0 while
 	// it does not lead): a voter silent for clockTTL since then is absent.
 	ledSince atomic.Int64
+}
+
+// leaderGate is the guard in front of the log (leaderapply.go): a
+// command's checks on the leader, what it proposes, and removals.
+type leaderGate struct {
+	n           *Node
+	leaderReady atomic.Bool // this node leads and has passed its Barrier
 	// forkHold: while set, this leader's group ranks below another group
 	// of its cluster ID, and it grants no Claim or Reserve (forks.go).
 	forkHold atomic.Pointer[string]
@@ -46,8 +55,6 @@ type leader struct {
 type reconciler struct {
 	n           *Node
 	leaderState leaderState // the sweeps' bookkeeping, new with each leadership
-	// foreign: what members of other clusters proved of themselves.
-	foreign foreignBook
 	// copyServed: when checkForks last saw a proven copy serve (only the
 	// housekeeping goroutine reads and writes it).
 	copyServed time.Time
@@ -60,6 +67,8 @@ type reconciler struct {
 type membership struct {
 	n          *Node
 	leaderSeen atomic.Int64 // when a leader was last known, Unix ns
+	// foreign: what members of other clusters proved of themselves.
+	foreign foreignBook
 }
 
 // identityWatch is which cluster this node belongs to and who else runs
@@ -72,12 +81,21 @@ type identityWatch struct {
 	conflicts sync.Map                 // other clusters met: ID -> identity
 	// copies: processes running this node's identity elsewhere (twins.go).
 	copies twinBook
+}
+
+// copyWatch finds copies of this node's data dir and stops the one that
+// should (twins.go, stopped.go).
+type copyWatch struct {
+	n *Node
 	// copyChecks counts checkCopies' rounds (tests).
 	copyChecks atomic.Uint64
 }
 
 // versionView is the protocol versions the cluster and this node speak.
-type versionView struct{ n *Node }
+type versionView struct {
+	n         *Node
+	protocols provenBook // the servers' proven protocol ranges, while leading
+}
 
 // logView reads what the local log and data dir record: the layout, the
 // last applied command.

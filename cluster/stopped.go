@@ -34,21 +34,21 @@ const stoppedFile = "STOPPED"
 // that lost stays in it, issuing nothing, so that its group's log keeps a
 // leader and the other group's leader reads each member's last windows
 // from the member itself until it says it stopped.
-func (iw *identityWatch) stopForGood(reason string, leave bool, tell ...string) {
-	n := iw.n
+func (cw *copyWatch) stopForGood(reason string, leave bool, tell ...string) {
+	n := cw.n
 	path := filepath.Join(n.cfg.DataDir, stoppedFile)
 	if err := writeFileSync(path, []byte(reason+"\n")); err != nil {
 		n.logger.Error("record in the data dir that this process stopped", "path", path, "err", err)
 	}
-	iw.conflict.Store(&reason)
+	cw.n.ident.conflict.Store(&reason)
 	n.logger.Error("stopping issuing: " + n.ident.conflictErr().Error())
-	members := iw.groupGRPCAddrs()
+	members := cw.groupGRPCAddrs()
 	go func() {
 		for _, about := range tell {
-			iw.tellAll(members, about)
+			cw.tellAll(members, about)
 		}
 		if leave {
-			iw.leaveRaftAsCopy()
+			cw.leaveRaftAsCopy()
 		}
 	}()
 }
@@ -70,8 +70,8 @@ func stoppedBefore(dataDir string) (string, error) {
 
 // groupGRPCAddrs is the gRPC address of every other server of this node's
 // Raft configuration that one is known for.
-func (iw *identityWatch) groupGRPCAddrs() []string {
-	n := iw.n
+func (cw *copyWatch) groupGRPCAddrs() []string {
+	n := cw.n
 	var out []string
 	for _, srv := range n.rs.raft.GetConfiguration().Configuration().Servers {
 		if id := string(srv.ID); id != n.id {
@@ -89,8 +89,8 @@ func (iw *identityWatch) groupGRPCAddrs() []string {
 // refuse its whole cluster's claims for good (a leader in conflict applies
 // nothing forwarded). So it hands leadership away if it has it, then shuts
 // Raft down; it goes on answering Status, which says it stopped.
-func (iw *identityWatch) leaveRaftAsCopy() {
-	n := iw.n
+func (cw *copyWatch) leaveRaftAsCopy() {
+	n := cw.n
 	if n.rs.raft.State() == raft.Leader {
 		if err := n.rs.raft.LeadershipTransfer().Error(); err != nil {
 			n.logger.Warn("hand leadership away before leaving raft as a copy", "err", err)
@@ -105,8 +105,8 @@ func (iw *identityWatch) leaveRaftAsCopy() {
 
 // tellAll tells each node at to that a process runs at about under its
 // identity or a member's (CopyTeller), one probe timeout each.
-func (iw *identityWatch) tellAll(to []string, about string) {
-	n := iw.n
+func (cw *copyWatch) tellAll(to []string, about string) {
+	n := cw.n
 	t, ok := n.cfg.Prober.(CopyTeller)
 	if !ok {
 		return

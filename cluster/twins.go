@@ -71,15 +71,15 @@ func copyRanks(mineServing bool, mineVoters int, mine int64, mineAddr string, ot
 // told to the leader (which fences the copy's windows) and to both copies
 // (which rank themselves); this process stops if a proven copy of its own
 // identity outranks it (copyRanks).
-func (iw *identityWatch) checkCopies() {
-	n := iw.n
-	defer iw.copyChecks.Add(1)
-	own := iw.ownCluster()
+func (cw *copyWatch) checkCopies() {
+	n := cw.n
+	defer cw.copyChecks.Add(1)
+	own := cw.n.ident.ownCluster()
 	if own == "" || n.ident.conflictErr() != nil {
 		return
 	}
 	now := time.Now()
-	b := &iw.copies
+	b := &cw.n.ident.copies
 	keys := map[probeKey]bool{}
 	for _, addr := range b.due(now, n.cfg.GRPCAddr) {
 		keys[probeKey{"", addr}] = true
@@ -143,7 +143,7 @@ func (iw *identityWatch) checkCopies() {
 		n.logger.Error("another process runs a node identity of this cluster: a copy of its data dir", "node_id", p.id,
 			"copy_grpc_addr", k.addr, "copy_started", time.Unix(0, p.started).UTC().Format(time.RFC3339Nano),
 			"copy_serving", p.serving, "original_grpc_addr", registered[p.id])
-		go iw.tellOfCopy(p, registered[p.id])
+		go cw.tellOfCopy(p, registered[p.id])
 	}
 	// Whether this process's group serves is taken over copyRankGrace, not
 	// the moment: a stop is recorded for good, and an election or a pause
@@ -164,7 +164,7 @@ func (iw *identityWatch) checkCopies() {
 			continue
 		}
 		if p.id == n.id && copyRanks(serving, voters, n.started, n.cfg.GRPCAddr, p) {
-			iw.stopForGood(copyAdvice(serving, voters, n.cfg.GRPCAddr, p), true, p.addr)
+			cw.stopForGood(copyAdvice(serving, voters, n.cfg.GRPCAddr, p), true, p.addr)
 			return
 		}
 		// A member of this node's Raft group stopped because its copy
@@ -175,12 +175,12 @@ func (iw *identityWatch) checkCopies() {
 		// member did (whose decision this follows, so two groups never
 		// both stop on one meeting).
 		if p.id != n.id && stoppedHere[p.id] {
-			iw.stopForGood(followAdvice(p, registered[p.id]), false, p.addr)
+			cw.stopForGood(followAdvice(p, registered[p.id]), false, p.addr)
 			return
 		}
 	}
 	if memberStopped != "" && forkSeen != nil {
-		iw.stopForGood(followForkAdvice(*forkSeen, memberStopped), false, forkSeen.addr)
+		cw.stopForGood(followForkAdvice(*forkSeen, memberStopped), false, forkSeen.addr)
 	}
 }
 
@@ -198,9 +198,9 @@ func followForkAdvice(p foreignProof, stopped string) string {
 // other, and this node's leader about the copy: the two rank themselves, and
 // the leader fences the windows of the one that stops. Each asks the
 // address itself before it believes the hint.
-func (iw *identityWatch) tellOfCopy(p foreignProof, orig string) {
-	n := iw.n
-	iw.tellAll([]string{p.addr}, orig)
+func (cw *copyWatch) tellOfCopy(p foreignProof, orig string) {
+	n := cw.n
+	cw.tellAll([]string{p.addr}, orig)
 	about := []string{}
 	if orig != n.cfg.GRPCAddr {
 		about = append(about, orig)
@@ -210,7 +210,7 @@ func (iw *identityWatch) tellOfCopy(p foreignProof, orig string) {
 			about = append(about, la)
 		}
 	}
-	iw.tellAll(about, p.addr)
+	cw.tellAll(about, p.addr)
 }
 
 // followAdvice is the reason a process gives when a member of its Raft

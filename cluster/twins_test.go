@@ -719,11 +719,11 @@ func TestEveryMemberOfTheCopysRaftGroupStops(t *testing.T) {
 	}
 	defer func() {
 		if t.Failed() {
-			leader.recon.foreign.mu.Lock()
-			for id, p := range leader.recon.foreign.proofs {
+			leader.members.foreign.mu.Lock()
+			for id, p := range leader.members.foreign.proofs {
 				t.Logf("leader %s holds proof %s: %+v", leader.Name(), id, p)
 			}
-			leader.recon.foreign.mu.Unlock()
+			leader.members.foreign.mu.Unlock()
 			t.Logf("x: %+v", x.Status())
 			t.Logf("the leader's gossip shows x as %+v", leader.gossip.snapshot()[x.ID()])
 		}
@@ -735,10 +735,10 @@ func TestEveryMemberOfTheCopysRaftGroupStops(t *testing.T) {
 	// node that knows them: in one of about six runs a took over 20 s.
 	harness.WaitFor(t, 45*time.Second, "the leader to hold final proofs of x and y", func() bool {
 		leader := current()
-		leader.recon.foreign.mu.Lock()
-		defer leader.recon.foreign.mu.Unlock()
+		leader.members.foreign.mu.Lock()
+		defer leader.members.foreign.mu.Unlock()
 		for _, n := range []*Node{x, y} {
-			if p, ok := leader.recon.foreign.proofs[n.ID()]; !ok || !p.fork || p.serving || !p.saysStopped {
+			if p, ok := leader.members.foreign.proofs[n.ID()]; !ok || !p.fork || p.serving || !p.saysStopped {
 				return false
 			}
 		}
@@ -827,8 +827,8 @@ func TestAGroupBetweenLeadersDoesNotLoseToALoneCopy(t *testing.T) {
 		}
 		return false
 	})
-	checks := a.ident.copyChecks.Load()
-	harness.WaitFor(t, 5*time.Second, "two more copy checks at a", func() bool { return a.ident.copyChecks.Load() >= checks+2 })
+	checks := a.twins.copyChecks.Load()
+	harness.WaitFor(t, 5*time.Second, "two more copy checks at a", func() bool { return a.twins.copyChecks.Load() >= checks+2 })
 	if err := a.Conflict(); err != nil {
 		t.Fatalf("the original stopped while its group was between leaders: %v", err)
 	}
@@ -1174,27 +1174,27 @@ func TestAForkThatComesBackRepeatsNothing(t *testing.T) {
 		}
 		for _, n := range []*Node{x, y} {
 			st := n.Status()
-			t.Logf("%s: raft %s leader %s voters %d conflict %v hold %v", n.Name(), st.RaftState, st.LeaderID, st.Voters, n.Conflict(), n.lead.forkHold.Load())
-			n.recon.foreign.mu.Lock()
-			for id, p := range n.recon.foreign.proofs {
+			t.Logf("%s: raft %s leader %s voters %d conflict %v hold %v", n.Name(), st.RaftState, st.LeaderID, st.Voters, n.Conflict(), n.gate.forkHold.Load())
+			n.members.foreign.mu.Lock()
+			for id, p := range n.members.foreign.proofs {
 				t.Logf("  %s proof %s: fork %v serving %v at -%v leader %s voters %d since %v losing %v", n.Name(), id[:6], p.fork, p.serving,
-					time.Since(p.at).Round(time.Millisecond), p.leaderID, p.voters, n.recon.foreign.forkSince[id], n.recon.foreign.losing[id])
+					time.Since(p.at).Round(time.Millisecond), p.leaderID, p.voters, n.members.foreign.forkSince[id], n.members.foreign.losing[id])
 			}
-			n.recon.foreign.mu.Unlock()
+			n.members.foreign.mu.Unlock()
 		}
 	}()
 	// When the two sides proved each other again: a node of each holds a
 	// serving proof of a node of the other, taken after the comeback.
 	provedAgain := func(by, of []*Node) bool {
 		for _, n := range by {
-			n.recon.foreign.mu.Lock()
+			n.members.foreign.mu.Lock()
 			for _, m := range of {
-				if p, ok := n.recon.foreign.proofs[m.ID()]; ok && p.serving && p.at.After(back) {
-					n.recon.foreign.mu.Unlock()
+				if p, ok := n.members.foreign.proofs[m.ID()]; ok && p.serving && p.at.After(back) {
+					n.members.foreign.mu.Unlock()
 					return true
 				}
 			}
-			n.recon.foreign.mu.Unlock()
+			n.members.foreign.mu.Unlock()
 		}
 		return false
 	}
@@ -1250,11 +1250,11 @@ func TestAForkThatComesBackRepeatsNothing(t *testing.T) {
 func forkSighted(nodes ...*Node) time.Time {
 	var first time.Time
 	for _, n := range nodes {
-		n.recon.foreign.mu.Lock()
-		for _, at := range n.recon.foreign.forkSince {
+		n.members.foreign.mu.Lock()
+		for _, at := range n.members.foreign.forkSince {
 			first = earlier(first, at)
 		}
-		n.recon.foreign.mu.Unlock()
+		n.members.foreign.mu.Unlock()
 	}
 	return first
 }

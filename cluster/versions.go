@@ -49,7 +49,7 @@ func (vv *versionView) writeProtocol() int {
 		if string(s.ID) == n.id {
 			continue
 		}
-		r, ok := n.lead.protocols.get(string(s.ID))
+		r, ok := n.versions.protocols.get(string(s.ID))
 		if !ok {
 			r = legacyProtocols
 		}
@@ -81,7 +81,7 @@ func (vv *versionView) othersProtocol() (common ProtocolRange, shared, any bool)
 		}
 		any = true
 		r := legacyProtocols
-		if pr, ok := n.lead.protocols.get(id); ok {
+		if pr, ok := n.versions.protocols.get(id); ok {
 			r = pr // proven over the authenticated transport (a leader's polls)
 		} else if m, seen := members[id]; seen && m.Parsed {
 			r = m.Meta.protocols()
