@@ -17,9 +17,10 @@ var (
 	simFirst = flag.Int64("sim.first", -1, "the first seed of TestSimulate's run (default: taken from the time)")
 )
 
-// TestSimulate runs seeded schedules of the simulated world (sim_test.go)
-// over the shipped decision code, and fails on the first violation with its
-// seed and trace. Replay one: go test ./cluster -run TestSimulate -sim.seed N -v
+// TestSimulate runs seeded schedules of the simulated world (sim_world_test.go
+// and the sim_*_test.go beside it) over the shipped decision code, and fails
+// on the first violation with its seed and trace. Replay one:
+// go test ./cluster -run TestSimulate -sim.seed N -v
 func TestSimulate(t *testing.T) {
 	if *simSeed >= 0 {
 		w := newSimWorld(*simSeed, simFaults{}, nil)

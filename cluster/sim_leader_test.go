@@ -1,0 +1,319 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// clusterNow is Node.clusterNow for leader l whose clock reads now: the
+// shipped clockQuorum and clusterTime over its voters' reports.
+func (w *simWorld) clusterNow(l *simNode, now time.Time) (time.Time, bool) {
+	var others []string
+	real, awaited := w.base.Add(w.now), 0
+	founded, led := l.replica.state.Layout != nil, w.now-l.ledAt
+	if !founded {
+		led = 0
+	}
+	for _, m := range l.cl.voters() {
+		if m == l.id {
+			continue
+		}
+		others = append(others, m)
+		// (gone is not modelled here: a voter the world's gossip shows gone
+		// is awaited, as a live one that has not reported is.)
+		if clockAwaited(len(l.clocks.byID([]string{m}, real, clockSampleTTL)) > 0, false, founded) {
+			awaited++
+		}
+	}
+	est, quorum := clockQuorum(l.clocks.byID(others, real, clockSampleTTL), awaited, led, clockSampleTTL)
+	return clusterTime(now, est, quorum)
+}
+
+// establish is the leader loop's establish (leader.go): initCommand when the
+// state holds no Init, and establishNext deciding whether and when to try
+// again. While the faults last an apply fails with the world's initFail
+// chance, and half of the failed ones are committed all the same.
+func (w *simWorld) establish(l *simNode) {
+	l.initAt = 0
+	if l.cl.leader != l || !l.ready {
+		return // the leader loop ended with the leadership
+	}
+	var err error
+	now := l.clock().Now()
+	ct, known := w.clusterNow(l, now)
+	if l.replica.state.Layout == nil {
+		err = founderCheck(simLayout, now, ct, known, simMaxSkew)
+	}
+	if l.replica.state.Layout == nil && err == nil {
+		c := initCommand(simLayout, fmt.Sprintf("%s-%08x", l.cl.id, w.r.Uint32()), ct, simMaxAhead)
+		quorum := w.quorum(l.cl)
+		failed := !quorum || (w.quietAt == 0 && w.r.Float64() < w.cfg.initFail)
+		if quorum && (!failed || w.r.Intn(2) == 0) {
+			idx, res := w.appendEntry(l.cl, c)
+			l.catchUp(int(idx))
+			_, err = appliedResult(c.Type, idx, res)
+			w.logf("%s commits init of %s at %d: %v", l.name(), c.ClusterID, idx, res)
+		}
+		switch {
+		case !quorum:
+			err = fmt.Errorf("raft apply %s: %w", c.Type, raft.ErrLeadershipLost)
+			w.stepDown(l)
+		case failed:
+			err = fmt.Errorf("raft apply %s: %w", c.Type, raft.ErrEnqueueTimeout)
+		}
+	}
+	again, wait := establishNext(err, l.initWait)
+	if again {
+		l.initWait, l.initAt = wait, w.now+wait
+		w.logf("%s establish failed, retrying in %v: %v", l.name(), wait, err)
+	}
+}
+
+// barrier: a new leader's Barrier completes; its leader loop then
+// establishes the cluster (leaderLoop).
+func (w *simWorld) barrier(n *simNode) {
+	n.catchUp(len(n.cl.log))
+	n.ready = true
+	w.establish(n)
+}
+
+// handle is the leader's side of a command (apply.go's handle and
+// leaderApply, with Raft modelled): handleCheck, leaderCheck, appliedResult
+// and leaderAnswer decide.
+func (w *simWorld) handle(l *simNode, c command) (result, error) {
+	current := l.cl.leader == l
+	if current && l.ready {
+		l.catchUp(len(l.cl.log)) // a leader applies what it commits
+	}
+	h, err := handleCheck(l.replica.state, c, l.ready)
+	if err != nil {
+		return result{}, err
+	}
+	if h != handleApply {
+		return result{}, fmt.Errorf("command %s is not forwarded in the simulated world", c.Type)
+	}
+	now := l.clock().Now()
+	in := leaderIn{Now: now, Member: c.Type != cmdClaim || l.cl.member(c.Node.ID), MaxAhead: simMaxAhead, MaxSkew: simMaxSkew}
+	if c.Type == cmdClaim && !in.Member && w.cfg.faults.adoptForwards {
+		in.Member = true // (a voter it cannot reach would cost it its quorum)
+	}
+	real := w.base.Add(w.now)
+	if reportsClock(l.replica.state, c, l.cl.member(c.nodeID()) || in.Member && c.Type == cmdClaim) {
+		l.clocks.observe(c.nodeID(), clockSample{reported: time.Unix(0, c.SentAt), leader: now, at: real})
+	}
+	in.ClusterNow, in.Known = w.clusterNow(l, now)
+	d := leaderCheck(l.replica.state, c, in)
+	if d.Handoff && current {
+		w.handoff(l)
+	}
+	if current && errors.Is(d.Err, ErrNotOwner) && l.cl.truth.state.holds(c.NodeID, c.Slot, c.Tenure) {
+		// A deposed leader may not know the claims its successor committed,
+		// but the current one answers from its whole log (past its
+		// Barrier): a false "not owner" from it is a leader reading a stale
+		// state. No ID is at risk (the agent takes the answer as a hint),
+		// but every such answer is a reserve wasted.
+		w.fail("%s, the current leader of %s, answered \"not owner\" to the reserve of %s for slot %d tenure %d, "+
+			"which its cluster's log shows as current: %v", l.name(), l.cl.id, c.NodeID, c.Slot, c.Tenure, d.Err)
+	}
+	if d.Err != nil {
+		return result{}, d.Err
+	}
+	if !d.Propose {
+		return d.Answer, nil
+	}
+	if current && !w.quorum(l.cl) {
+		// Raft commits nothing without a quorum of its configuration; the
+		// leader steps down when its lease runs out.
+		w.stepDown(l)
+		return leaderAnswer(d, result{}), fmt.Errorf("raft apply %s: %w", c.Type, raft.ErrLeadershipLost)
+	}
+	if !current {
+		// A deposed leader's entry may still be committed by its successor,
+		// but its caller hears only that leadership was lost.
+		if w.r.Intn(2) == 0 && w.quorum(l.cl) {
+			idx, _ := w.appendEntry(l.cl, d.Cmd)
+			w.logf("%s (deposed) proposed %s of %s: committed at %d", l.name(), d.Cmd.Type, d.Cmd.nodeID(), idx)
+		}
+		return leaderAnswer(d, result{}), fmt.Errorf("raft apply %s: %w", c.Type, raft.ErrLeadershipLost)
+	}
+	idx, res := w.appendEntry(l.cl, d.Cmd)
+	l.catchUp(int(idx))
+	w.logf("%s commits %s of %s at %d: %v", l.name(), d.Cmd.Type, d.Cmd.nodeID(), idx, res)
+	r, err := appliedResult(d.Cmd.Type, idx, res)
+	return leaderAnswer(d, r), err
+}
+
+// applyForwarded is ApplyForwarded in front of handle: forwardCheck decides.
+func (w *simWorld) applyForwarded(l *simNode, c command) (result, error) {
+	in := forwardIn{Leader: l.believesLeader(), Own: l.ownCluster(), Speaks: ownProtocols}
+	if l.conflict {
+		in.Conflict = ErrClusterConflict
+	}
+	if err := forwardCheck(in, c, nil); err != nil {
+		if !errors.Is(err, ErrWrongCluster) || !w.cfg.faults.adoptForwards {
+			return result{}, err
+		}
+		c.ClusterID = in.Own
+	}
+	return w.handle(l, c)
+}
+
+// gossipView is what gossip shows every member: each node's current
+// identity (alive while up, paused ones too; dead since it crashed; left
+// once its leave ended in shutdown), and every identity a wipe ended (dead
+// since the wipe), with the metadata each node gossips: its addresses, its
+// cluster once its replica knows it, and whether it has Raft state.
+func (w *simWorld) gossipView() map[string]gossipMember {
+	out := map[string]gossipMember{}
+	for _, g := range w.ghosts {
+		out[g.ID] = g
+	}
+	for _, n := range w.nodes {
+		m := gossipMember{ID: n.id, Parsed: true, State: MemberAlive, Meta: meta{Name: n.name(),
+			GRPCAddr: grpcAddr(n.addr), RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(),
+			Member: n.applied > 0 || (n.cl != nil && n.cl.member(n.id)), Leaving: n.leaving != 0}}
+		switch {
+		case n.up:
+		case n.left:
+			m.State, m.Since = MemberLeft, w.base.Add(n.downAt)
+		default:
+			m.State, m.Since = MemberDead, w.base.Add(n.downAt)
+		}
+		out[n.id] = m
+	}
+	return out
+}
+
+// probe is the leader's Status call to addr over the authenticated
+// transport: whoever listens there now answers, unless it is down or paused.
+func (w *simWorld) probe(addr string) (Status, error) {
+	for _, n := range w.nodes {
+		if grpcAddr(n.addr) != addr {
+			continue
+		}
+		if !n.awake() {
+			return Status{}, errors.New("connection refused")
+		}
+		if n.stranger() && w.cfg.legacy {
+			return Status{ID: n.id, RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(), AppliedIndex: uint64(n.applied),
+				LastIndex: uint64(n.applied), Leaving: n.leaving != 0}, nil
+		}
+		dc := n.dc
+		return Status{ID: n.id, RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(), AppliedIndex: uint64(n.applied),
+			LastIndex: uint64(n.applied), Leaving: n.leaving != 0, Protocols: ownProtocols, Clock: n.clock().Now().UnixNano(),
+			Datacenter: &dc}, nil
+	}
+	return Status{}, errors.New("no such address")
+}
+
+// sweep is one reconcile sweep of c's leader (leader.go): the shipped
+// sweepProbes and sweepActions decide from the leader's Raft configuration,
+// gossip and replica, and the probes' answers; the world carries out each
+// action as the shell does, a configuration change or a Remove only with a
+// quorum (one without fails, as Raft's would).
+func (w *simWorld) sweep(c *simCluster) {
+	c.lastSweep = w.now
+	l := c.leader
+	if l == nil || !l.ready || !l.awake() || l.conflict {
+		return
+	}
+	v := &memberView{Self: l.id, SelfRaftAddr: raftAddr(l.addr), Own: l.ownCluster(),
+		Servers: append([]raft.Server(nil), c.servers...), Members: w.gossipView(), Addable: map[string]bool{},
+		StateAddr: map[string]string{}, LeaderApplied: uint64(l.applied), Now: w.base.Add(w.now), ReapAfter: simReapAfter}
+	if l.replica.state.Layout != nil {
+		v.Layout = l.replica.state.Layout
+	}
+	for id, m := range v.Members {
+		v.Addable[id] = addable(m, v.Own)
+	}
+	// A fresh node joins the cluster the world sent it to: another
+	// cluster's leader, on the same gossip network, got to it first.
+	for _, n := range w.nodes {
+		if n.cl != nil && n.cl != c {
+			v.Addable[n.id] = false
+		}
+	}
+	st := l.replica.state
+	v.Holders = st.holders()
+	for _, id := range st.sortedNodeIDs() {
+		v.StateAddr[id] = st.Nodes[id].GRPCAddr
+		if !c.member(id) && id != l.id {
+			v.StateOnly = append(v.StateOnly, id)
+		}
+	}
+	probes, gone := l.ls.sweepProbes(v)
+	keys := make([]probeKey, 0, len(probes))
+	for k := range probes {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].id+" "+keys[i].addr < keys[j].id+" "+keys[j].addr })
+	answers := map[probeKey]probeAnswer{}
+	for _, k := range keys {
+		st, err := w.probe(k.addr)
+		answers[k] = probeAnswer{st, err}
+	}
+	w.pollClocks(c, l)
+	for _, a := range l.ls.sweepActions(v, gone, answers) {
+		if a.Kind == actRefuse || a.Kind == actNote || a.Kind == actWait {
+			continue
+		}
+		if !w.quorum(c) {
+			w.logf("%s cannot %v %s: no quorum", l.name(), a.Kind, a.ID)
+			continue
+		}
+		w.memberActs[a.Kind]++
+		switch a.Kind {
+		case actReap:
+			idx, res := w.appendEntry(c, command{Type: cmdRemove, NodeID: a.ID, ClusterID: c.id})
+			c.removeMember(a.ID)
+			l.catchUp(int(idx))
+			l.ls.reaped(a.ID)
+			w.logf("%s reaps %s at %d (%s): %v", l.name(), a.ID, idx, a.Why, res)
+		case actAddNonvoter:
+			c.servers = append(c.servers, raft.Server{Suffrage: raft.Nonvoter, ID: raft.ServerID(a.ID), Address: raft.ServerAddress(a.Addr)})
+			l.ls.added(a.ID, v.Now)
+			w.logf("%s adds %s as a non-voter", l.name(), a.ID)
+		case actPromote, actMoveAddr:
+			for i := range c.servers {
+				if string(c.servers[i].ID) == a.ID {
+					c.servers[i].Address = raft.ServerAddress(a.Addr)
+					if a.Kind == actPromote {
+						c.servers[i].Suffrage = raft.Voter
+					}
+				}
+			}
+			if a.Kind == actPromote {
+				l.ls.promoted(a.ID)
+			} else {
+				l.ls.moved(a.ID)
+			}
+			w.logf("%s %v %s at %s", l.name(), a.Kind, a.ID, a.Addr)
+		}
+	}
+}
+
+// pollClocks is the leader's clock poll (Node.pollClocks), run on each
+// sweep: the voters it has not heard from within clockPollEvery are asked
+// for their Status, and statusClock decides which answers count.
+func (w *simWorld) pollClocks(c *simCluster, l *simNode) {
+	real := w.base.Add(w.now)
+	for _, id := range clockPollTargets(c.voters(), l.id, l.clocks.heardSince, real, clockPollEvery) {
+		var addr string
+		for _, n := range w.nodes {
+			if n.id == id {
+				addr = grpcAddr(n.addr)
+			}
+		}
+		st, err := w.probe(addr)
+		if err != nil {
+			continue
+		}
+		if s, ok := statusClock(id, l.ownCluster(), st, l.clock().Now(), real); ok {
+			l.clocks.observe(id, s)
+		}
+	}
+}

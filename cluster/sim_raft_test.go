@@ -1,0 +1,425 @@
+package cluster
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/idgen/idgen/generator"
+)
+
+type simCluster struct {
+	id      string
+	log     [][]byte // log[i] is entry i+1, as Raft stores it
+	truth   *fsm     // the committed log applied: what the checker trusts
+	leader  *simNode // nil: no leader
+	term    int
+	servers []raft.Server // the Raft configuration (addresses: raftAddr)
+	younger bool          // bootstrapped by a wiped node: see simNode.conflict
+	meetAt  time.Duration
+	// older: the cluster a younger one's founder was wiped from, which
+	// meets it at meetAt and fences its windows (foreignFences and
+	// fenceCommands, as the older leader's fenceForeign runs them); met:
+	// the meeting happened; fencedAt: the length of the older log once its
+	// leader found nothing left to fence (0: not yet). An ID the older
+	// cluster mints from a replica that has applied that far never repeats
+	// one of this cluster's.
+	older    *simCluster
+	met      bool
+	fencedAt int
+	// The meeting is decided by the shipped rule (clusterAge.outranks)
+	// over what each side is: serving (a ready leader within leaderGrace,
+	// as a member's leaderKnown says), its history and identity. won: this
+	// younger cluster outranked its older one, which stopped (stopped) and
+	// is fenced by this one's leader instead (fencedBy: who fences this
+	// cluster's windows; nil for the older one when it won).
+	won, stopped bool
+	fencedBy     *simCluster
+	// servedAt: when it last had a ready leader; created: its place in
+	// w.cls (bootstrap order).
+	servedAt time.Duration
+	created  int
+	// electAt: the quiet phase elects a leader by then (0: none due).
+	electAt time.Duration
+	// lastSweep: when its leader last ran a reconcile sweep.
+	lastSweep time.Duration
+}
+
+// simStrangerDC is a stranger's --datacenter: outside simLayout's.
+const simStrangerDC = 1 << 3
+
+// stranger: n is started with a datacenter outside the layout (simConfig).
+func (n *simNode) stranger() bool { return n.addr >= 1 && n.addr <= n.w.cfg.strangers }
+
+type simNode struct {
+	w      *simWorld
+	addr   int
+	life   int
+	nm     string // addr.life
+	id     string
+	up     bool
+	offset time.Duration // this node's clock minus real time
+	dc     int           // its preferred datacenter (--datacenter), -1 for any
+	// pausedAt, pausedUntil: the process is stopped (a GC pause, SIGSTOP, a
+	// stalled VM) from pausedAt until pausedUntil: it keeps its state but
+	// does nothing, and messages to it wait.
+	pausedAt, pausedUntil time.Duration
+
+	cl      *simCluster
+	replica *fsm
+	applied int // entries of cl.log applied to replica
+	// snap is the node's latest Raft snapshot (fsm.Snapshot and Persist of
+	// its replica), covering the log up to snapAt; nil for none. A restart
+	// restores it and applies the rest of the log as replication brings it.
+	snap   []byte
+	snapAt int
+
+	// conflict: the node's cluster met an older one; it stops for good.
+	// (Gossip is not modelled: clients never reach a younger cluster before
+	// the meeting, see DESIGN.md.)
+	conflict bool
+
+	// downAt: when it last crashed; left: its leave ended in shutdown, and
+	// gossip shows it left rather than dead; gone: it crashed for good (a
+	// doomed world's lost majority), and never restarts.
+	downAt time.Duration
+	left   bool
+	gone   bool
+
+	// leader side
+	ls           leaderState   // reconcile's bookkeeping, new with each leadership
+	ready        bool          // past its Barrier
+	deposedUntil time.Duration // a deposed leader still answers until then
+	clocks       clockBook
+	// initWait is the wait before the last establish retry, initAt when the
+	// next one is due (0: none).
+	initWait, initAt time.Duration
+
+	// leaving: 1 while its Release is on its way, 2 once released and
+	// waiting for the leader to remove it (Leave); 0 otherwise.
+	leaving int
+
+	// buf is the prefetch buffer: batches minted ahead, handed out later;
+	// minted and withdrawn are the node's (withdraw.go): the tenure its
+	// generator mints under, and what its ended tenures withdrew.
+	buf       []simBatchOf
+	minted    mintedTenure
+	withdrawn withdrawals
+
+	// agent side
+	believed *simNode // the leader it forwards to (may be stale)
+	gen      *generator.Generator
+	tenure   uint64
+	rule     slotAgent // the agent's rule, as the node runs it
+	pending  *simReq
+
+	// the quiet phase's timers: when n last ran its agent, heard a
+	// heartbeat, had its replica caught up; when it became leader; since
+	// when its window has been used up (if noRoom)
+	lastTick, lastBeat, lastRepl, ledAt, noRoomSince time.Duration
+	noRoom                                           bool
+}
+
+type simClock struct{ n *simNode }
+
+func (c simClock) Now() time.Time { return c.n.w.base.Add(c.n.w.now + c.n.offset) }
+
+func (n *simNode) clock() generator.Clock { return simClock{n} }
+
+func (n *simNode) name() string { return n.nm }
+
+// appendEntry commits c in cluster c's log and applies it to the truth.
+func (w *simWorld) appendEntry(cl *simCluster, c command) (uint64, interface{}) {
+	data, err := encodeCommand(c)
+	if err != nil {
+		w.fail("encode %s: %v", c.Type, err)
+		return 0, err
+	}
+	cl.log = append(cl.log, data)
+	idx := uint64(len(cl.log))
+	res := simApply(cl.truth, idx, data)
+	if id := cl.truth.state.ClusterID; c.Type == cmdInit && id != "" {
+		cl.id = id
+	}
+	w.checkTenures(cl)
+	return idx, res
+}
+
+func simApply(f *fsm, idx uint64, data []byte) interface{} {
+	return f.Apply(&raft.Log{Type: raft.LogCommand, Index: idx, Data: data})
+}
+
+// catchUp applies n's cluster's log to n's replica up to entry upTo.
+func (n *simNode) catchUp(upTo int) {
+	if n.cl == nil {
+		return
+	}
+	for n.applied < upTo && n.applied < len(n.cl.log) {
+		n.applied++
+		simApply(n.replica, uint64(n.applied), n.cl.log[n.applied-1])
+		n.stopIfEnded()
+	}
+}
+
+// stopIfEnded is the node's fsm.afterApply (Node.stopIfEnded): a generator
+// whose tenure the replica just ended stops there and then, by the agent's
+// rule, whatever the agent is doing.
+func (n *simNode) stopIfEnded() {
+	if upTo, ended := endedUpTo(n.replica.state, n.id, n.minted); ended && !n.w.cfg.faults.keepEnded {
+		n.withdrawn.add(n.minted.slot, upTo)
+	}
+	if !n.w.cfg.faults.lateStop {
+		n.w.agentStep(n, agentEvent{Kind: agentApplied})
+	}
+}
+
+func (w *simWorld) elect(c *simCluster, n *simNode) {
+	if old := c.leader; old != nil && old != n && old.up {
+		w.depose(old)
+	}
+	c.term++
+	c.leader = n
+	c.electAt = 0
+	n.ledAt = w.now
+	n.ls = newLeaderState()
+	n.ready = false
+	n.initWait, n.initAt = 0, 0
+	n.deposedUntil = 0
+	n.clocks.reset()
+	n.believed = n
+	w.logf("%s leads %s (term %d)", n.name(), c.id, c.term)
+}
+
+// believesLeader: n acts as a leader (the current one, or deposed and not
+// knowing it yet).
+func (n *simNode) believesLeader() bool {
+	return n.awake() && n.cl != nil && (n.cl.leader == n || n.w.now < n.deposedUntil)
+}
+
+func (n *simNode) ownCluster() string { return n.replica.state.ClusterID }
+
+// handoff hands leadership to another live member (the shell's handoff;
+// which one is not modelled).
+// quorum: a majority of c's voters is up in c. Raft commits an entry,
+// elects a leader and changes the configuration only with one.
+func (w *simWorld) quorum(c *simCluster) bool {
+	live, voters := 0, c.voters()
+	for _, id := range voters {
+		for _, n := range w.nodes {
+			if n.id == id && n.awake() && n.cl == c {
+				live++
+			}
+		}
+	}
+	return live >= len(voters)/2+1
+}
+
+// stepDown: a leader that lost its quorum steps down (its lease runs out);
+// like any deposed leader it may answer a while longer from its state.
+func (w *simWorld) stepDown(l *simNode) {
+	if l.cl.leader != l {
+		return
+	}
+	l.cl.leader = nil
+	w.depose(l)
+	w.logf("%s steps down: no quorum in %s", l.name(), l.cl.id)
+}
+
+// depose: l no longer leads, and learns it up to 1.5 s after it next runs
+// (a paused leader wakes up believing it still leads); until then it answers
+// from its state.
+func (w *simWorld) depose(l *simNode) {
+	l.deposedUntil = max(w.now, l.pausedUntil) + time.Duration(w.r.Int63n(int64(1500*time.Millisecond)))
+}
+
+// awake: n is up and not paused, so it acts, answers and is heard.
+func (n *simNode) awake() bool { return n.up && n.w.now >= n.pausedUntil }
+
+func (w *simWorld) handoff(l *simNode) {
+	if to := w.pickMember(l.cl, l); to != nil {
+		w.logf("%s hands off", l.name())
+		w.elect(l.cl, to)
+	}
+}
+
+// pickMember picks a live member of c to lead it, if c has a quorum to elect
+// one (nil otherwise).
+func (w *simWorld) pickMember(c *simCluster, not *simNode) *simNode {
+	if !w.quorum(c) {
+		return nil
+	}
+	var cands []*simNode
+	for _, n := range w.nodes {
+		if n != not && n.awake() && n.cl == c && !n.conflict && c.voter(n.id) {
+			cands = append(cands, n)
+		}
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	return cands[w.r.Intn(len(cands))]
+}
+
+func (w *simWorld) crash(n *simNode) {
+	n.up = false
+	if n.gen != nil {
+		n.gen.Revoke(errors.New("crashed"))
+	}
+	n.gen, n.tenure, n.rule, n.pending, n.ready, n.deposedUntil = nil, 0, slotAgent{}, nil, false, 0
+	n.buf, n.leaving, n.initAt, n.pausedUntil = nil, 0, 0, 0
+	n.minted, n.withdrawn = mintedTenure{}, withdrawals{}
+	n.downAt = w.now
+	n.clocks.reset()
+	if n.cl != nil && n.cl.leader == n {
+		n.cl.leader = nil
+	}
+	w.logf("%s crashes", n.name())
+}
+
+// restart brings n back from its data dir: Raft restores its latest
+// snapshot (none: an empty state) and applies the rest of the log as the
+// leader's commit index reaches it (replication).
+func (w *simWorld) restart(n *simNode) {
+	n.up, n.left = true, false
+	n.believed = nil
+	if n.snap != nil {
+		w.restore(n, n.snap, n.snapAt)
+	} else {
+		n.replica, n.applied = newFSM(), 0
+	}
+	w.logf("%s restarts from its snapshot at %d", n.name(), n.applied)
+}
+
+// snapshot is the real fsm.Snapshot and Persist of n's replica: the bytes a
+// Raft snapshot store keeps, and the log index they cover.
+func (w *simWorld) snapshot(n *simNode) ([]byte, int) {
+	snap, err := n.replica.Snapshot()
+	if err != nil {
+		w.fail("%s's snapshot: %v", n.name(), err)
+		return nil, 0
+	}
+	defer snap.Release()
+	var sink memSink
+	if err := snap.Persist(&sink); err != nil {
+		w.fail("%s's snapshot: %v", n.name(), err)
+		return nil, 0
+	}
+	return sink.Bytes(), n.applied
+}
+
+// restore replaces n's replica with the real fsm.Restore of a snapshot
+// covering the log up to at.
+func (w *simWorld) restore(n *simNode, data []byte, at int) {
+	f := newFSM()
+	if err := f.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
+		w.fail("%s cannot restore its snapshot at %d: %v", n.name(), at, err)
+		return
+	}
+	n.replica, n.applied = f, at
+	n.stopIfEnded()
+}
+
+// installSnapshot is Raft's InstallSnapshot: a follower far behind gets the
+// leader's snapshot instead of the entries, and keeps it as its own. The
+// restored state must be the leader's, field for field.
+func (w *simWorld) installSnapshot(n, l *simNode) {
+	data, at := w.snapshot(l)
+	if data == nil {
+		return
+	}
+	w.restore(n, data, at)
+	n.snap, n.snapAt = data, at
+	if !reflect.DeepEqual(n.replica.state, l.replica.state) {
+		w.fail("%s's state restored from %s's snapshot at %d differs from it:\n got %+v\nwant %+v",
+			n.name(), l.name(), at, n.replica.state, l.replica.state)
+	}
+	w.logf("%s installs %s's snapshot at %d", n.name(), l.name(), at)
+}
+
+// keepsQuorum: once identity gone is lost for good (a wipe, which leaves it
+// in the configuration) or removed from the configuration (remove), a
+// majority of c's configuration would still be identities some node has in
+// c. The world never goes past that: a cluster whose voters are mostly gone
+// for good has no quorum to commit, elect or reap with, which no Raft can
+// recover from without an operator, and liveness would have nothing to
+// judge. A member whose leave is under way counts as removed already.
+func (w *simWorld) keepsQuorum(c *simCluster, gone string, remove bool) bool {
+	if c == nil || !c.voter(gone) {
+		return true
+	}
+	voters := c.voters()
+	size, kept := len(voters), 0
+	if remove {
+		size--
+	}
+	for _, id := range voters {
+		if id == gone {
+			continue
+		}
+		for _, m := range w.nodes {
+			switch {
+			case m.id != id || m.cl != c:
+			case m.leaving != 0:
+				size--
+			default:
+				kept++
+			}
+		}
+	}
+	return kept >= size/2+1
+}
+
+// The addresses a node at address a listens on.
+func raftAddr(a int) string { return fmt.Sprintf("raft-%d", a) }
+
+func grpcAddr(a int) string { return fmt.Sprintf("grpc-%d", a) }
+
+func (c *simCluster) addServer(n *simNode, voter bool) {
+	s := raft.Server{Suffrage: raft.Nonvoter, ID: raft.ServerID(n.id), Address: raft.ServerAddress(raftAddr(n.addr))}
+	if voter {
+		s.Suffrage = raft.Voter
+	}
+	c.servers = append(c.servers, s)
+}
+
+func (c *simCluster) member(id string) bool {
+	for _, s := range c.servers {
+		if string(s.ID) == id {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *simCluster) voter(id string) bool {
+	for _, s := range c.servers {
+		if string(s.ID) == id {
+			return s.Suffrage == raft.Voter
+		}
+	}
+	return false
+}
+
+func (c *simCluster) voters() []string {
+	var out []string
+	for _, s := range c.servers {
+		if s.Suffrage == raft.Voter {
+			out = append(out, string(s.ID))
+		}
+	}
+	return out
+}
+
+func (c *simCluster) removeMember(id string) {
+	for i, s := range c.servers {
+		if string(s.ID) == id {
+			c.servers = append(c.servers[:i], c.servers[i+1:]...)
+			return
+		}
+	}
+}
