@@ -131,7 +131,7 @@ func (w *simWorld) doom() {
 		case len(wipe) == 0 || w.r.Intn(2) == 0:
 			wipe = append(wipe, n)
 		default:
-			w.crash(n)
+			n.crash()
 			n.gone = true
 		}
 	}
@@ -165,7 +165,7 @@ func (w *simWorld) afterFence(n *simNode, other string) bool {
 func (w *simWorld) fenceMet(c *simCluster) {
 	o := c.fencedBy
 	l := o.leader
-	if l == nil || !l.ready || !l.awake() || l.conflict || !w.quorum(o) {
+	if l == nil || !l.ready || !l.awake() || l.conflict || !o.quorum() {
 		return
 	}
 	proofs := []foreignProof{{id: c.id, cluster: c.id, slot: -1, windows: c.truth.state.grantedWindows(), layout: simLayout}}
@@ -177,7 +177,7 @@ func (w *simWorld) fenceMet(c *simCluster) {
 	l.catchUp(len(o.log))
 	for _, f := range foreignFences(proofs, simLayout) {
 		for _, cmd := range fenceCommands(l.replica.state, f, o.id) {
-			idx, res := w.appendEntry(o, cmd)
+			idx, res := o.appendEntry(cmd)
 			l.catchUp(int(idx))
 			w.fences++
 			w.logf("%s fences slot %d of %s up to %d: %s at %d: %v", l.name(), f.slot, c.id, f.upTo, cmd.Type, idx, res)
@@ -193,7 +193,7 @@ func (w *simWorld) fenceMet(c *simCluster) {
 func (w *simWorld) wipe(n *simNode) {
 	old := n.cl
 	if n.up {
-		w.crash(n)
+		n.crash()
 	}
 	w.ghosts = append(w.ghosts, gossipMember{ID: n.id, Parsed: true, State: MemberDead, Since: w.base.Add(w.now),
 		Meta: meta{Name: n.name(), GRPCAddr: grpcAddr(n.addr), RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(), Member: true}})

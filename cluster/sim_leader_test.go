@@ -50,10 +50,10 @@ func (w *simWorld) establish(l *simNode) {
 	}
 	if l.replica.state.Layout == nil && err == nil {
 		c := initCommand(simLayout, fmt.Sprintf("%s-%08x", l.cl.id, w.r.Uint32()), ct, simMaxAhead)
-		quorum := w.quorum(l.cl)
+		quorum := l.cl.quorum()
 		failed := !quorum || (w.quietAt == 0 && w.r.Float64() < w.cfg.initFail)
 		if quorum && (!failed || w.r.Intn(2) == 0) {
-			idx, res := w.appendEntry(l.cl, c)
+			idx, res := l.cl.appendEntry(c)
 			l.catchUp(int(idx))
 			_, err = appliedResult(c.Type, idx, res)
 			w.logf("%s commits init of %s at %d: %v", l.name(), c.ClusterID, idx, res)
@@ -61,7 +61,7 @@ func (w *simWorld) establish(l *simNode) {
 		switch {
 		case !quorum:
 			err = fmt.Errorf("raft apply %s: %w", c.Type, raft.ErrLeadershipLost)
-			w.stepDown(l)
+			l.stepDown()
 		case failed:
 			err = fmt.Errorf("raft apply %s: %w", c.Type, raft.ErrEnqueueTimeout)
 		}
@@ -125,22 +125,22 @@ func (w *simWorld) handle(l *simNode, c command) (result, error) {
 	if !d.Propose {
 		return d.Answer, nil
 	}
-	if current && !w.quorum(l.cl) {
+	if current && !l.cl.quorum() {
 		// Raft commits nothing without a quorum of its configuration; the
 		// leader steps down when its lease runs out.
-		w.stepDown(l)
+		l.stepDown()
 		return leaderAnswer(d, result{}), fmt.Errorf("raft apply %s: %w", c.Type, raft.ErrLeadershipLost)
 	}
 	if !current {
 		// A deposed leader's entry may still be committed by its successor,
 		// but its caller hears only that leadership was lost.
-		if w.r.Intn(2) == 0 && w.quorum(l.cl) {
-			idx, _ := w.appendEntry(l.cl, d.Cmd)
+		if w.r.Intn(2) == 0 && l.cl.quorum() {
+			idx, _ := l.cl.appendEntry(d.Cmd)
 			w.logf("%s (deposed) proposed %s of %s: committed at %d", l.name(), d.Cmd.Type, d.Cmd.nodeID(), idx)
 		}
 		return leaderAnswer(d, result{}), fmt.Errorf("raft apply %s: %w", c.Type, raft.ErrLeadershipLost)
 	}
-	idx, res := w.appendEntry(l.cl, d.Cmd)
+	idx, res := l.cl.appendEntry(d.Cmd)
 	l.catchUp(int(idx))
 	w.logf("%s commits %s of %s at %d: %v", l.name(), d.Cmd.Type, d.Cmd.nodeID(), idx, res)
 	r, err := appliedResult(d.Cmd.Type, idx, res)
@@ -261,14 +261,14 @@ func (w *simWorld) sweep(c *simCluster) {
 		if a.Kind == actRefuse || a.Kind == actNote || a.Kind == actWait {
 			continue
 		}
-		if !w.quorum(c) {
+		if !c.quorum() {
 			w.logf("%s cannot %v %s: no quorum", l.name(), a.Kind, a.ID)
 			continue
 		}
 		w.memberActs[a.Kind]++
 		switch a.Kind {
 		case actReap:
-			idx, res := w.appendEntry(c, command{Type: cmdRemove, NodeID: a.ID, ClusterID: c.id})
+			idx, res := c.appendEntry(command{Type: cmdRemove, NodeID: a.ID, ClusterID: c.id})
 			c.removeMember(a.ID)
 			l.catchUp(int(idx))
 			l.ls.reaped(a.ID)
@@ -315,5 +315,14 @@ func (w *simWorld) pollClocks(c *simCluster, l *simNode) {
 		if s, ok := statusClock(id, l.ownCluster(), st, l.clock().Now(), real); ok {
 			l.clocks.observe(id, s)
 		}
+	}
+}
+
+// handoff hands leadership to another live member (the shell's handoff;
+// which one is not modelled).
+func (w *simWorld) handoff(l *simNode) {
+	if to := l.cl.pickMember(l); to != nil {
+		w.logf("%s hands off", l.name())
+		l.cl.elect(to)
 	}
 }

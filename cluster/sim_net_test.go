@@ -200,14 +200,14 @@ func (w *simWorld) leave(n *simNode) {
 func (w *simWorld) leaveRaft(n *simNode) {
 	c := n.cl
 	l := c.leader
-	if l == nil || !l.ready || !l.awake() || !w.quorum(c) {
+	if l == nil || !l.ready || !l.awake() || !c.quorum() {
 		return
 	}
-	idx, res := w.appendEntry(c, command{Type: cmdRemove, NodeID: n.id, ClusterID: c.id})
+	idx, res := c.appendEntry(command{Type: cmdRemove, NodeID: n.id, ClusterID: c.id})
 	l.catchUp(int(idx))
 	c.removeMember(n.id)
 	w.logf("%s removes leaving %s at %d: %v", l.name(), n.name(), idx, res)
-	w.crash(n)
+	n.crash()
 	n.left = true
 }
 

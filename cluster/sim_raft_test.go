@@ -14,6 +14,7 @@ import (
 )
 
 type simCluster struct {
+	w       *simWorld
 	id      string
 	log     [][]byte // log[i] is entry i+1, as Raft stores it
 	truth   *fsm     // the committed log applied: what the checker trusts
@@ -50,11 +51,156 @@ type simCluster struct {
 	lastSweep time.Duration
 }
 
+func (c *simCluster) addServer(n *simNode, voter bool) {
+	s := raft.Server{Suffrage: raft.Nonvoter, ID: raft.ServerID(n.id), Address: raft.ServerAddress(raftAddr(n.addr))}
+	if voter {
+		s.Suffrage = raft.Voter
+	}
+	c.servers = append(c.servers, s)
+}
+
+func (c *simCluster) member(id string) bool {
+	for _, s := range c.servers {
+		if string(s.ID) == id {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *simCluster) voter(id string) bool {
+	for _, s := range c.servers {
+		if string(s.ID) == id {
+			return s.Suffrage == raft.Voter
+		}
+	}
+	return false
+}
+
+func (c *simCluster) voters() []string {
+	var out []string
+	for _, s := range c.servers {
+		if s.Suffrage == raft.Voter {
+			out = append(out, string(s.ID))
+		}
+	}
+	return out
+}
+
+func (c *simCluster) removeMember(id string) {
+	for i, s := range c.servers {
+		if string(s.ID) == id {
+			c.servers = append(c.servers[:i], c.servers[i+1:]...)
+			return
+		}
+	}
+}
+
+// appendEntry commits c in cl's log and applies it to the truth.
+func (cl *simCluster) appendEntry(c command) (uint64, interface{}) {
+	data, err := encodeCommand(c)
+	if err != nil {
+		cl.w.fail("encode %s: %v", c.Type, err)
+		return 0, err
+	}
+	cl.log = append(cl.log, data)
+	idx := uint64(len(cl.log))
+	res := simApply(cl.truth, idx, data)
+	if id := cl.truth.state.ClusterID; c.Type == cmdInit && id != "" {
+		cl.id = id
+	}
+	cl.w.checkTenures(cl)
+	return idx, res
+}
+
+func simApply(f *fsm, idx uint64, data []byte) interface{} {
+	return f.Apply(&raft.Log{Type: raft.LogCommand, Index: idx, Data: data})
+}
+
+// quorum: a majority of c's voters is up in c. Raft commits an entry,
+// elects a leader and changes the configuration only with one.
+func (c *simCluster) quorum() bool {
+	live, voters := 0, c.voters()
+	for _, id := range voters {
+		for _, n := range c.w.nodes {
+			if n.id == id && n.awake() && n.cl == c {
+				live++
+			}
+		}
+	}
+	return live >= len(voters)/2+1
+}
+
+// keepsQuorum: once identity gone is lost for good (a wipe, which leaves it
+// in the configuration) or removed from the configuration (remove), a
+// majority of c's configuration would still be identities some node has in
+// c. The world never goes past that: a cluster whose voters are mostly gone
+// for good has no quorum to commit, elect or reap with, which no Raft can
+// recover from without an operator, and liveness would have nothing to
+// judge. A member whose leave is under way counts as removed already.
+func (c *simCluster) keepsQuorum(gone string, remove bool) bool {
+	if c == nil || !c.voter(gone) {
+		return true
+	}
+	voters := c.voters()
+	size, kept := len(voters), 0
+	if remove {
+		size--
+	}
+	for _, id := range voters {
+		if id == gone {
+			continue
+		}
+		for _, m := range c.w.nodes {
+			switch {
+			case m.id != id || m.cl != c:
+			case m.leaving != 0:
+				size--
+			default:
+				kept++
+			}
+		}
+	}
+	return kept >= size/2+1
+}
+
+func (c *simCluster) elect(n *simNode) {
+	if old := c.leader; old != nil && old != n && old.up {
+		old.depose()
+	}
+	c.term++
+	c.leader = n
+	c.electAt = 0
+	n.ledAt = c.w.now
+	n.ls = newLeaderState()
+	n.ready = false
+	n.initWait, n.initAt = 0, 0
+	n.deposedUntil = 0
+	n.clocks.reset()
+	n.believed = n
+	c.w.logf("%s leads %s (term %d)", n.name(), c.id, c.term)
+}
+
+// pickMember picks a live member of c to lead it, if c has a quorum to elect
+// one (nil otherwise).
+func (c *simCluster) pickMember(not *simNode) *simNode {
+	if !c.quorum() {
+		return nil
+	}
+	var cands []*simNode
+	for _, n := range c.w.nodes {
+		if n != not && n.awake() && n.cl == c && !n.conflict && c.voter(n.id) {
+			cands = append(cands, n)
+		}
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	return cands[c.w.r.Intn(len(cands))]
+}
+
 // simStrangerDC is a stranger's --datacenter: outside simLayout's.
 const simStrangerDC = 1 << 3
-
-// stranger: n is started with a datacenter outside the layout (simConfig).
-func (n *simNode) stranger() bool { return n.addr >= 1 && n.addr <= n.w.cfg.strangers }
 
 type simNode struct {
 	w      *simWorld
@@ -125,6 +271,9 @@ type simNode struct {
 	noRoom                                           bool
 }
 
+// stranger: n is started with a datacenter outside the layout (simConfig).
+func (n *simNode) stranger() bool { return n.addr >= 1 && n.addr <= n.w.cfg.strangers }
+
 type simClock struct{ n *simNode }
 
 func (c simClock) Now() time.Time { return c.n.w.base.Add(c.n.w.now + c.n.offset) }
@@ -133,26 +282,16 @@ func (n *simNode) clock() generator.Clock { return simClock{n} }
 
 func (n *simNode) name() string { return n.nm }
 
-// appendEntry commits c in cluster c's log and applies it to the truth.
-func (w *simWorld) appendEntry(cl *simCluster, c command) (uint64, interface{}) {
-	data, err := encodeCommand(c)
-	if err != nil {
-		w.fail("encode %s: %v", c.Type, err)
-		return 0, err
-	}
-	cl.log = append(cl.log, data)
-	idx := uint64(len(cl.log))
-	res := simApply(cl.truth, idx, data)
-	if id := cl.truth.state.ClusterID; c.Type == cmdInit && id != "" {
-		cl.id = id
-	}
-	w.checkTenures(cl)
-	return idx, res
+// awake: n is up and not paused, so it acts, answers and is heard.
+func (n *simNode) awake() bool { return n.up && n.w.now >= n.pausedUntil }
+
+// believesLeader: n acts as a leader (the current one, or deposed and not
+// knowing it yet).
+func (n *simNode) believesLeader() bool {
+	return n.awake() && n.cl != nil && (n.cl.leader == n || n.w.now < n.deposedUntil)
 }
 
-func simApply(f *fsm, idx uint64, data []byte) interface{} {
-	return f.Apply(&raft.Log{Type: raft.LogCommand, Index: idx, Data: data})
-}
+func (n *simNode) ownCluster() string { return n.replica.state.ClusterID }
 
 // catchUp applies n's cluster's log to n's replica up to entry upTo.
 func (n *simNode) catchUp(upTo int) {
@@ -178,135 +317,18 @@ func (n *simNode) stopIfEnded() {
 	}
 }
 
-func (w *simWorld) elect(c *simCluster, n *simNode) {
-	if old := c.leader; old != nil && old != n && old.up {
-		w.depose(old)
-	}
-	c.term++
-	c.leader = n
-	c.electAt = 0
-	n.ledAt = w.now
-	n.ls = newLeaderState()
-	n.ready = false
-	n.initWait, n.initAt = 0, 0
-	n.deposedUntil = 0
-	n.clocks.reset()
-	n.believed = n
-	w.logf("%s leads %s (term %d)", n.name(), c.id, c.term)
-}
-
-// believesLeader: n acts as a leader (the current one, or deposed and not
-// knowing it yet).
-func (n *simNode) believesLeader() bool {
-	return n.awake() && n.cl != nil && (n.cl.leader == n || n.w.now < n.deposedUntil)
-}
-
-func (n *simNode) ownCluster() string { return n.replica.state.ClusterID }
-
-// handoff hands leadership to another live member (the shell's handoff;
-// which one is not modelled).
-// quorum: a majority of c's voters is up in c. Raft commits an entry,
-// elects a leader and changes the configuration only with one.
-func (w *simWorld) quorum(c *simCluster) bool {
-	live, voters := 0, c.voters()
-	for _, id := range voters {
-		for _, n := range w.nodes {
-			if n.id == id && n.awake() && n.cl == c {
-				live++
-			}
-		}
-	}
-	return live >= len(voters)/2+1
-}
-
-// stepDown: a leader that lost its quorum steps down (its lease runs out);
-// like any deposed leader it may answer a while longer from its state.
-func (w *simWorld) stepDown(l *simNode) {
-	if l.cl.leader != l {
-		return
-	}
-	l.cl.leader = nil
-	w.depose(l)
-	w.logf("%s steps down: no quorum in %s", l.name(), l.cl.id)
-}
-
-// depose: l no longer leads, and learns it up to 1.5 s after it next runs
-// (a paused leader wakes up believing it still leads); until then it answers
-// from its state.
-func (w *simWorld) depose(l *simNode) {
-	l.deposedUntil = max(w.now, l.pausedUntil) + time.Duration(w.r.Int63n(int64(1500*time.Millisecond)))
-}
-
-// awake: n is up and not paused, so it acts, answers and is heard.
-func (n *simNode) awake() bool { return n.up && n.w.now >= n.pausedUntil }
-
-func (w *simWorld) handoff(l *simNode) {
-	if to := w.pickMember(l.cl, l); to != nil {
-		w.logf("%s hands off", l.name())
-		w.elect(l.cl, to)
-	}
-}
-
-// pickMember picks a live member of c to lead it, if c has a quorum to elect
-// one (nil otherwise).
-func (w *simWorld) pickMember(c *simCluster, not *simNode) *simNode {
-	if !w.quorum(c) {
-		return nil
-	}
-	var cands []*simNode
-	for _, n := range w.nodes {
-		if n != not && n.awake() && n.cl == c && !n.conflict && c.voter(n.id) {
-			cands = append(cands, n)
-		}
-	}
-	if len(cands) == 0 {
-		return nil
-	}
-	return cands[w.r.Intn(len(cands))]
-}
-
-func (w *simWorld) crash(n *simNode) {
-	n.up = false
-	if n.gen != nil {
-		n.gen.Revoke(errors.New("crashed"))
-	}
-	n.gen, n.tenure, n.rule, n.pending, n.ready, n.deposedUntil = nil, 0, slotAgent{}, nil, false, 0
-	n.buf, n.leaving, n.initAt, n.pausedUntil = nil, 0, 0, 0
-	n.minted, n.withdrawn = mintedTenure{}, withdrawals{}
-	n.downAt = w.now
-	n.clocks.reset()
-	if n.cl != nil && n.cl.leader == n {
-		n.cl.leader = nil
-	}
-	w.logf("%s crashes", n.name())
-}
-
-// restart brings n back from its data dir: Raft restores its latest
-// snapshot (none: an empty state) and applies the rest of the log as the
-// leader's commit index reaches it (replication).
-func (w *simWorld) restart(n *simNode) {
-	n.up, n.left = true, false
-	n.believed = nil
-	if n.snap != nil {
-		w.restore(n, n.snap, n.snapAt)
-	} else {
-		n.replica, n.applied = newFSM(), 0
-	}
-	w.logf("%s restarts from its snapshot at %d", n.name(), n.applied)
-}
-
 // snapshot is the real fsm.Snapshot and Persist of n's replica: the bytes a
 // Raft snapshot store keeps, and the log index they cover.
-func (w *simWorld) snapshot(n *simNode) ([]byte, int) {
+func (n *simNode) snapshot() ([]byte, int) {
 	snap, err := n.replica.Snapshot()
 	if err != nil {
-		w.fail("%s's snapshot: %v", n.name(), err)
+		n.w.fail("%s's snapshot: %v", n.name(), err)
 		return nil, 0
 	}
 	defer snap.Release()
 	var sink memSink
 	if err := snap.Persist(&sink); err != nil {
-		w.fail("%s's snapshot: %v", n.name(), err)
+		n.w.fail("%s's snapshot: %v", n.name(), err)
 		return nil, 0
 	}
 	return sink.Bytes(), n.applied
@@ -314,10 +336,10 @@ func (w *simWorld) snapshot(n *simNode) ([]byte, int) {
 
 // restore replaces n's replica with the real fsm.Restore of a snapshot
 // covering the log up to at.
-func (w *simWorld) restore(n *simNode, data []byte, at int) {
+func (n *simNode) restore(data []byte, at int) {
 	f := newFSM()
 	if err := f.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
-		w.fail("%s cannot restore its snapshot at %d: %v", n.name(), at, err)
+		n.w.fail("%s cannot restore its snapshot at %d: %v", n.name(), at, err)
 		return
 	}
 	n.replica, n.applied = f, at
@@ -327,99 +349,69 @@ func (w *simWorld) restore(n *simNode, data []byte, at int) {
 // installSnapshot is Raft's InstallSnapshot: a follower far behind gets the
 // leader's snapshot instead of the entries, and keeps it as its own. The
 // restored state must be the leader's, field for field.
-func (w *simWorld) installSnapshot(n, l *simNode) {
-	data, at := w.snapshot(l)
+func (n *simNode) installSnapshot(l *simNode) {
+	data, at := l.snapshot()
 	if data == nil {
 		return
 	}
-	w.restore(n, data, at)
+	n.restore(data, at)
 	n.snap, n.snapAt = data, at
 	if !reflect.DeepEqual(n.replica.state, l.replica.state) {
-		w.fail("%s's state restored from %s's snapshot at %d differs from it:\n got %+v\nwant %+v",
+		n.w.fail("%s's state restored from %s's snapshot at %d differs from it:\n got %+v\nwant %+v",
 			n.name(), l.name(), at, n.replica.state, l.replica.state)
 	}
-	w.logf("%s installs %s's snapshot at %d", n.name(), l.name(), at)
+	n.w.logf("%s installs %s's snapshot at %d", n.name(), l.name(), at)
 }
 
-// keepsQuorum: once identity gone is lost for good (a wipe, which leaves it
-// in the configuration) or removed from the configuration (remove), a
-// majority of c's configuration would still be identities some node has in
-// c. The world never goes past that: a cluster whose voters are mostly gone
-// for good has no quorum to commit, elect or reap with, which no Raft can
-// recover from without an operator, and liveness would have nothing to
-// judge. A member whose leave is under way counts as removed already.
-func (w *simWorld) keepsQuorum(c *simCluster, gone string, remove bool) bool {
-	if c == nil || !c.voter(gone) {
-		return true
+// stepDown: a leader that lost its quorum steps down (its lease runs out);
+// like any deposed leader it may answer a while longer from its state.
+func (l *simNode) stepDown() {
+	if l.cl.leader != l {
+		return
 	}
-	voters := c.voters()
-	size, kept := len(voters), 0
-	if remove {
-		size--
+	l.cl.leader = nil
+	l.depose()
+	l.w.logf("%s steps down: no quorum in %s", l.name(), l.cl.id)
+}
+
+// depose: l no longer leads, and learns it up to 1.5 s after it next runs
+// (a paused leader wakes up believing it still leads); until then it answers
+// from its state.
+func (l *simNode) depose() {
+	l.deposedUntil = max(l.w.now, l.pausedUntil) + time.Duration(l.w.r.Int63n(int64(1500*time.Millisecond)))
+}
+
+func (n *simNode) crash() {
+	n.up = false
+	if n.gen != nil {
+		n.gen.Revoke(errors.New("crashed"))
 	}
-	for _, id := range voters {
-		if id == gone {
-			continue
-		}
-		for _, m := range w.nodes {
-			switch {
-			case m.id != id || m.cl != c:
-			case m.leaving != 0:
-				size--
-			default:
-				kept++
-			}
-		}
+	n.gen, n.tenure, n.rule, n.pending, n.ready, n.deposedUntil = nil, 0, slotAgent{}, nil, false, 0
+	n.buf, n.leaving, n.initAt, n.pausedUntil = nil, 0, 0, 0
+	n.minted, n.withdrawn = mintedTenure{}, withdrawals{}
+	n.downAt = n.w.now
+	n.clocks.reset()
+	if n.cl != nil && n.cl.leader == n {
+		n.cl.leader = nil
 	}
-	return kept >= size/2+1
+	n.w.logf("%s crashes", n.name())
+}
+
+// restart brings n back from its data dir: Raft restores its latest
+// snapshot (none: an empty state) and applies the rest of the log as the
+// leader's commit index reaches it (replication).
+func (n *simNode) restart() {
+	n.up, n.left = true, false
+	n.believed = nil
+	if n.snap != nil {
+		n.restore(n.snap, n.snapAt)
+	} else {
+		n.replica, n.applied = newFSM(), 0
+	}
+	n.w.logf("%s restarts from its snapshot at %d", n.name(), n.applied)
 }
 
 // The addresses a node at address a listens on.
 func raftAddr(a int) string { return fmt.Sprintf("raft-%d", a) }
 
 func grpcAddr(a int) string { return fmt.Sprintf("grpc-%d", a) }
-
-func (c *simCluster) addServer(n *simNode, voter bool) {
-	s := raft.Server{Suffrage: raft.Nonvoter, ID: raft.ServerID(n.id), Address: raft.ServerAddress(raftAddr(n.addr))}
-	if voter {
-		s.Suffrage = raft.Voter
-	}
-	c.servers = append(c.servers, s)
-}
-
-func (c *simCluster) member(id string) bool {
-	for _, s := range c.servers {
-		if string(s.ID) == id {
-			return true
-		}
-	}
-	return false
-}
-
-func (c *simCluster) voter(id string) bool {
-	for _, s := range c.servers {
-		if string(s.ID) == id {
-			return s.Suffrage == raft.Voter
-		}
-	}
-	return false
-}
-
-func (c *simCluster) voters() []string {
-	var out []string
-	for _, s := range c.servers {
-		if s.Suffrage == raft.Voter {
-			out = append(out, string(s.ID))
-		}
-	}
-	return out
-}
-
-func (c *simCluster) removeMember(id string) {
-	for i, s := range c.servers {
-		if string(s.ID) == id {
-			c.servers = append(c.servers[:i], c.servers[i+1:]...)
-			return
-		}
-	}
-}

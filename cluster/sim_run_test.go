@@ -228,7 +228,7 @@ func TestNotOwnerAnswerIsAHint(t *testing.T) {
 	}
 	// The replica still decides: once it shows the tenure ended, the
 	// generator stops.
-	if _, res := w.appendEntry(n.cl, command{Type: cmdRelease, NodeID: n.id, Tenure: tenure, ClusterID: n.cl.id}); res != (result{Slot: slot}) {
+	if _, res := n.cl.appendEntry(command{Type: cmdRelease, NodeID: n.id, Tenure: tenure, ClusterID: n.cl.id}); res != (result{Slot: slot}) {
 		t.Fatalf("release of tenure %d: %v", tenure, res)
 	}
 	n.catchUp(len(n.cl.log)) // the apply stops it (stopIfEnded)

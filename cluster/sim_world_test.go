@@ -260,12 +260,12 @@ func (w *simWorld) newNodeID(addr, life int) string {
 // bootstrap makes n the leader of a new cluster with an empty log; its
 // first entry is the Init its leader's establish writes.
 func (w *simWorld) bootstrap(n *simNode) *simCluster {
-	c := &simCluster{id: fmt.Sprintf("cluster%d", len(w.cls)), truth: newFSM(), created: len(w.cls)}
+	c := &simCluster{w: w, id: fmt.Sprintf("cluster%d", len(w.cls)), truth: newFSM(), created: len(w.cls)}
 	c.addServer(n, true)
 	w.cls = append(w.cls, c)
 	n.cl = c
 	w.logf("%s bootstraps %s", n.name(), c.id)
-	w.elect(c, n)
+	c.elect(n)
 	w.barrier(n)
 	return c
 }
@@ -299,16 +299,16 @@ func (w *simWorld) step() {
 		}
 	}()
 	for _, c := range w.cls {
-		if l := c.leader; l != nil && !w.quorum(c) {
-			w.stepDown(l) // its lease runs out: it has not heard from a quorum
+		if l := c.leader; l != nil && !c.quorum() {
+			l.stepDown() // its lease runs out: it has not heard from a quorum
 		}
 		if l := c.leader; l != nil && !l.awake() && w.now >= l.pausedAt+simElection {
 			// The followers stop hearing a paused leader and elect another.
-			if n := w.pickMember(c, l); n != nil {
-				w.elect(c, n)
+			if n := c.pickMember(l); n != nil {
+				c.elect(n)
 			}
 		}
-		if l := c.leader; l != nil && l.ready && l.awake() && w.quorum(c) {
+		if l := c.leader; l != nil && l.ready && l.awake() && c.quorum() {
 			c.servedAt = w.now
 		}
 		if c.younger && c.meetAt != 0 && w.now >= c.meetAt {
@@ -378,7 +378,7 @@ func (w *simWorld) step() {
 	case 3: // replication: a follower's replica catches up some of the way, or, far behind, installs the leader's snapshot
 		if n := w.pickNode(up); n != nil && n.cl != nil && n.applied < len(n.cl.log) {
 			if l := n.cl.leader; l != nil && l != n && l.awake() && l.applied-n.applied > 8 && w.r.Intn(3) == 0 {
-				w.installSnapshot(n, l)
+				n.installSnapshot(l)
 			} else {
 				n.catchUp(n.applied + 1 + w.r.Intn(len(n.cl.log)-n.applied))
 			}
@@ -396,15 +396,15 @@ func (w *simWorld) step() {
 		}
 	case 6:
 		c := w.cls[w.r.Intn(len(w.cls))]
-		if n := w.pickMember(c, nil); n != nil && n != c.leader {
-			w.elect(c, n)
+		if n := c.pickMember(nil); n != nil && n != c.leader {
+			c.elect(n)
 		}
 	case 7:
 		if n := w.pickNode(func(n *simNode) bool { return n.up && spare(n) }); n != nil {
-			w.crash(n)
+			n.crash()
 		}
 	case 8:
-		if n := w.pickNode(func(n *simNode) bool { return spare(n) && !n.gone && w.keepsQuorum(n.cl, n.id, false) }); n != nil {
+		if n := w.pickNode(func(n *simNode) bool { return spare(n) && !n.gone && n.cl.keepsQuorum(n.id, false) }); n != nil {
 			w.wipe(n)
 		}
 	case 9:
@@ -422,10 +422,10 @@ func (w *simWorld) step() {
 		}
 	case 10: // an operator removes a member (idctl remove): its slot is freed
 		c := w.cls[0]
-		if l := c.leader; l != nil && l.ready && !l.conflict && len(c.servers) > 1 && w.quorum(c) {
+		if l := c.leader; l != nil && l.ready && !l.conflict && len(c.servers) > 1 && c.quorum() {
 			id := string(c.servers[w.r.Intn(len(c.servers))].ID)
-			if id != l.id && w.keepsQuorum(c, id, true) {
-				idx, res := w.appendEntry(c, command{Type: cmdRemove, NodeID: id, ClusterID: c.id})
+			if id != l.id && c.keepsQuorum(id, true) {
+				idx, res := c.appendEntry(command{Type: cmdRemove, NodeID: id, ClusterID: c.id})
 				c.removeMember(id)
 				l.catchUp(int(idx))
 				w.logf("%s removes %s at %d: %v", l.name(), id, idx, res)
@@ -433,13 +433,13 @@ func (w *simWorld) step() {
 		}
 	case 11: // restart a crashed node (not in the quiet phase: all restarted at its start, and one that leaves in it stays away), or elect where there is no leader
 		if n := w.pickNode(func(n *simNode) bool { return !n.up && !n.gone }); n != nil && w.r.Intn(2) == 0 && faults {
-			w.restart(n)
+			n.restart()
 			return
 		}
 		for _, c := range w.cls {
 			if c.leader == nil {
-				if n := w.pickMember(c, nil); n != nil {
-					w.elect(c, n)
+				if n := c.pickMember(nil); n != nil {
+					c.elect(n)
 				}
 			}
 		}
@@ -450,13 +450,13 @@ func (w *simWorld) step() {
 	case 13: // a graceful leave (the leader's own hands off first: not modelled)
 		if n := w.pickNode(func(n *simNode) bool {
 			return n.awake() && n.gen != nil && n.leaving == 0 && n.pending == nil && !n.conflict && n.cl.leader != n &&
-				w.keepsQuorum(n.cl, n.id, true)
+				n.cl.keepsQuorum(n.id, true)
 		}); n != nil {
 			w.leave(n)
 		}
 	case 14: // a node takes a Raft snapshot of its replica (SnapshotThreshold)
 		if n := w.pickNode(func(n *simNode) bool { return n.awake() && n.cl != nil && n.applied > n.snapAt }); n != nil {
-			n.snap, n.snapAt = w.snapshot(n)
+			n.snap, n.snapAt = n.snapshot()
 		}
 	case 15: // a node's process stops for up to 3 s, and resumes with its state
 		if n := w.pickNode(func(n *simNode) bool { return n.awake() && spare(n) }); n != nil {
@@ -499,7 +499,7 @@ func (w *simWorld) beginQuiet() {
 	for _, n := range w.nodes {
 		n.pausedUntil = min(n.pausedUntil, w.now)
 		if !n.up && !n.gone {
-			w.restart(n)
+			n.restart()
 		}
 		n.offset = time.Duration(w.r.Int63n(int64(simMaxSkew/2))) - simMaxSkew/4
 	}
@@ -522,8 +522,8 @@ func (w *simWorld) keepPromises() {
 			if c.electAt == 0 {
 				c.electAt = w.now + simElection
 			} else if w.now >= c.electAt {
-				if n := w.pickMember(c, nil); n != nil {
-					w.elect(c, n)
+				if n := c.pickMember(nil); n != nil {
+					c.elect(n)
 				}
 			}
 		case !l.ready:
