@@ -195,7 +195,7 @@ func (w *simWorld) wipe(n *simNode) {
 	if n.up {
 		n.crash()
 	}
-	w.ghosts = append(w.ghosts, gossipMember{ID: n.id, Parsed: true, State: MemberDead, Since: w.base.Add(w.now),
+	w.net.ghosts = append(w.net.ghosts, gossipMember{ID: n.id, Parsed: true, State: MemberDead, Since: w.base.Add(w.now),
 		Meta: meta{Name: n.name(), GRPCAddr: grpcAddr(n.addr), RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(), Member: true}})
 	n.life++
 	n.left = false

@@ -162,54 +162,6 @@ func (w *simWorld) applyForwarded(l *simNode, c command) (result, error) {
 	return w.handle(l, c)
 }
 
-// gossipView is what gossip shows every member: each node's current
-// identity (alive while up, paused ones too; dead since it crashed; left
-// once its leave ended in shutdown), and every identity a wipe ended (dead
-// since the wipe), with the metadata each node gossips: its addresses, its
-// cluster once its replica knows it, and whether it has Raft state.
-func (w *simWorld) gossipView() map[string]gossipMember {
-	out := map[string]gossipMember{}
-	for _, g := range w.ghosts {
-		out[g.ID] = g
-	}
-	for _, n := range w.nodes {
-		m := gossipMember{ID: n.id, Parsed: true, State: MemberAlive, Meta: meta{Name: n.name(),
-			GRPCAddr: grpcAddr(n.addr), RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(),
-			Member: n.applied > 0 || (n.cl != nil && n.cl.member(n.id)), Leaving: n.leaving != 0}}
-		switch {
-		case n.up:
-		case n.left:
-			m.State, m.Since = MemberLeft, w.base.Add(n.downAt)
-		default:
-			m.State, m.Since = MemberDead, w.base.Add(n.downAt)
-		}
-		out[n.id] = m
-	}
-	return out
-}
-
-// probe is the leader's Status call to addr over the authenticated
-// transport: whoever listens there now answers, unless it is down or paused.
-func (w *simWorld) probe(addr string) (Status, error) {
-	for _, n := range w.nodes {
-		if grpcAddr(n.addr) != addr {
-			continue
-		}
-		if !n.awake() {
-			return Status{}, errors.New("connection refused")
-		}
-		if n.stranger() && w.cfg.legacy {
-			return Status{ID: n.id, RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(), AppliedIndex: uint64(n.applied),
-				LastIndex: uint64(n.applied), Leaving: n.leaving != 0}, nil
-		}
-		dc := n.dc
-		return Status{ID: n.id, RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(), AppliedIndex: uint64(n.applied),
-			LastIndex: uint64(n.applied), Leaving: n.leaving != 0, Protocols: ownProtocols, Clock: n.clock().Now().UnixNano(),
-			Datacenter: &dc}, nil
-	}
-	return Status{}, errors.New("no such address")
-}
-
 // sweep is one reconcile sweep of c's leader (leader.go): the shipped
 // sweepProbes and sweepActions decide from the leader's Raft configuration,
 // gossip and replica, and the probes' answers; the world carries out each
@@ -222,7 +174,7 @@ func (w *simWorld) sweep(c *simCluster) {
 		return
 	}
 	v := &memberView{Self: l.id, SelfRaftAddr: raftAddr(l.addr), Own: l.ownCluster(),
-		Servers: append([]raft.Server(nil), c.servers...), Members: w.gossipView(), Addable: map[string]bool{},
+		Servers: append([]raft.Server(nil), c.servers...), Members: w.net.gossipView(), Addable: map[string]bool{},
 		StateAddr: map[string]string{}, LeaderApplied: uint64(l.applied), Now: w.base.Add(w.now), ReapAfter: simReapAfter}
 	if l.replica.state.Layout != nil {
 		v.Layout = l.replica.state.Layout
@@ -253,7 +205,7 @@ func (w *simWorld) sweep(c *simCluster) {
 	sort.Slice(keys, func(i, j int) bool { return keys[i].id+" "+keys[i].addr < keys[j].id+" "+keys[j].addr })
 	answers := map[probeKey]probeAnswer{}
 	for _, k := range keys {
-		st, err := w.probe(k.addr)
+		st, err := w.net.probe(k.addr)
 		answers[k] = probeAnswer{st, err}
 	}
 	w.pollClocks(c, l)
@@ -308,7 +260,7 @@ func (w *simWorld) pollClocks(c *simCluster, l *simNode) {
 				addr = grpcAddr(n.addr)
 			}
 		}
-		st, err := w.probe(addr)
+		st, err := w.net.probe(addr)
 		if err != nil {
 			continue
 		}

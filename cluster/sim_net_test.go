@@ -33,6 +33,22 @@ type simReq struct {
 	deadline time.Duration
 }
 
+// simNet is the network between the nodes: the forwards and answers in
+// flight (delayed, lost, duplicated and reordered while the faults last),
+// the Status probes of the authenticated transport, and the gossip view.
+type simNet struct {
+	w      *simWorld
+	msgs   []*simMsg
+	nextID int // the last request's ID
+	// ghosts: the identities wipes ended, as gossip keeps showing them (dead).
+	ghosts []gossipMember
+	// wrongCluster counts forwards refused because they name another
+	// cluster than the leader's (a wiped leader's new cluster at its old
+	// address); forgedRefused counts forged forwards a leader refused by
+	// the layout checks.
+	wrongCluster, forgedRefused int
+}
+
 // simMsg is a forward (c set) or an answer (to a forward).
 type simMsg struct {
 	at      time.Duration
@@ -47,103 +63,6 @@ type simMsg struct {
 	// forged: a forward no agent sent (a buggy or hostile peer's), which
 	// every leader must refuse.
 	forged bool
-}
-
-// propose sends c from n (apply.go's propose): proposeRoute decides whether
-// it is handled here (n acts as leader) or forwarded to the leader n
-// believes in. It reports whether an answer will come later (the request is
-// then pending); deliver checks it with acceptAnswer.
-func (w *simWorld) propose(n *simNode, c command) (later bool, r result, err error) {
-	c.SentAt = n.clock().Now().UnixNano()
-	in := proposeIn{Own: n.ownCluster(), Leader: n.believesLeader(), CanForward: true}
-	if n.conflict {
-		in.Conflict = ErrClusterConflict
-	}
-	if b := n.believed; b != nil {
-		in.LeaderID, in.LeaderAddr = b.id, fmt.Sprint(b.addr)
-	}
-	c.ClusterID = in.Own
-	switch rt, err := proposeRoute(in); rt {
-	case routeLocal:
-		r, err = w.handle(n, c)
-		return false, r, err
-	case routeRefuse:
-		return false, result{}, err
-	}
-	w.nextID++
-	n.pending = &simReq{id: w.nextID, c: c, deadline: w.now + simTimeout}
-	w.send(&simMsg{to: n.believed.addr, forward: true, c: c, req: w.nextID, from: n.addr, life: n.life})
-	return true, result{}, nil
-}
-
-func (w *simWorld) send(m *simMsg) {
-	quiet := w.quietAt != 0 // the network has healed
-	if !quiet && w.r.Float64() < w.cfg.loss {
-		return
-	}
-	copies := 1
-	if !quiet && w.r.Float64() < w.cfg.dup {
-		copies = 2
-	}
-	for i := 0; i < copies; i++ {
-		mm := *m
-		d := time.Duration(1+w.r.Intn(int(simNetDelay/time.Millisecond))) * time.Millisecond
-		if !quiet && w.r.Intn(20) == 0 {
-			d = time.Duration(w.r.Int63n(int64(3 * time.Second)))
-		}
-		mm.at = w.now + d
-		w.net = append(w.net, &mm)
-	}
-}
-
-// deliver hands a due message (one of them, chosen by the seed) to whoever
-// listens at its address now; it reports whether one was due.
-func (w *simWorld) deliver() bool {
-	var due []int
-	for i, m := range w.net {
-		if to := w.nodes[m.to]; m.at <= w.now && (!to.up || to.awake()) { // a paused node's messages wait
-			due = append(due, i)
-		}
-	}
-	if len(due) == 0 {
-		return false
-	}
-	i := due[w.r.Intn(len(due))]
-	m := w.net[i]
-	w.net = append(w.net[:i], w.net[i+1:]...)
-	n := w.nodes[m.to]
-	if !n.up {
-		return true
-	}
-	if m.forward {
-		r, err := w.applyForwarded(n, m.c)
-		w.logf("%s answers %s of %s: %+v %v", n.name(), m.c.Type, m.c.nodeID(), r, err)
-		if errors.Is(err, ErrWrongCluster) {
-			w.wrongCluster++
-		}
-		if m.forged {
-			if err == nil {
-				w.fail("%s took a forged %s of %s (datacenter %d): %+v", n.name(), m.c.Type, m.c.nodeID(), m.c.Node.Datacenter, r)
-			}
-			if errors.Is(err, ErrBadCommand) {
-				w.forgedRefused++ // by the layout checks, not for want of a leader
-			}
-			return true
-		}
-		w.send(&simMsg{to: m.from, from: n.addr, req: m.req, life: m.life, r: r, err: err})
-		return true
-	}
-	if n.life != m.life || n.pending == nil || n.pending.id != m.req {
-		return true // an answer for an earlier life or request
-	}
-	c := n.pending.c
-	n.pending = nil
-	r, err := m.r, m.err
-	if err == nil && !w.cfg.faults.trustAnswers {
-		err = acceptAnswer(n.ownCluster(), fmt.Sprint(m.from), r, ownProtocols)
-	}
-	w.answered(n, c, r, err)
-	return true
 }
 
 // answered steps the agent's rule for an answer to its claim or reserve
@@ -188,7 +107,7 @@ func (w *simWorld) leave(n *simNode) {
 	n.gen, n.leaving = nil, 1
 	w.logf("%s leaves, releasing slot %d tenure %d", n.name(), g.Slot(), n.tenure)
 	c := command{Type: cmdRelease, NodeID: n.id, Tenure: n.tenure}
-	later, r, err := w.propose(n, c)
+	later, r, err := w.net.propose(n, c)
 	if !later {
 		w.answered(n, c, r, err)
 	}
@@ -304,7 +223,7 @@ func (w *simWorld) drive(n *simNode, ev agentEvent) {
 	default:
 		return
 	}
-	later, r, err := w.propose(n, c)
+	later, r, err := w.net.propose(n, c)
 	if !later {
 		w.answered(n, c, r, err)
 	}
@@ -396,4 +315,149 @@ func (w *simWorld) draw(n *simNode) {
 		return
 	}
 	w.handOut(n, simBatchOf{ids: ids, cl: n.cl, nodeID: n.id, tenure: n.tenure, slot: n.gen.Slot(), applied: n.applied})
+}
+
+// propose sends c from n (apply.go's propose): proposeRoute decides whether
+// it is handled here (n acts as leader) or forwarded to the leader n
+// believes in. It reports whether an answer will come later (the request is
+// then pending); deliver checks it with acceptAnswer.
+func (net *simNet) propose(n *simNode, c command) (later bool, r result, err error) {
+	c.SentAt = n.clock().Now().UnixNano()
+	in := proposeIn{Own: n.ownCluster(), Leader: n.believesLeader(), CanForward: true}
+	if n.conflict {
+		in.Conflict = ErrClusterConflict
+	}
+	if b := n.believed; b != nil {
+		in.LeaderID, in.LeaderAddr = b.id, fmt.Sprint(b.addr)
+	}
+	c.ClusterID = in.Own
+	switch rt, err := proposeRoute(in); rt {
+	case routeLocal:
+		r, err = net.w.handle(n, c)
+		return false, r, err
+	case routeRefuse:
+		return false, result{}, err
+	}
+	net.nextID++
+	n.pending = &simReq{id: net.nextID, c: c, deadline: net.w.now + simTimeout}
+	net.send(&simMsg{to: n.believed.addr, forward: true, c: c, req: net.nextID, from: n.addr, life: n.life})
+	return true, result{}, nil
+}
+
+func (net *simNet) send(m *simMsg) {
+	quiet := net.w.quietAt != 0 // the network has healed
+	if !quiet && net.w.r.Float64() < net.w.cfg.loss {
+		return
+	}
+	copies := 1
+	if !quiet && net.w.r.Float64() < net.w.cfg.dup {
+		copies = 2
+	}
+	for i := 0; i < copies; i++ {
+		mm := *m
+		d := time.Duration(1+net.w.r.Intn(int(simNetDelay/time.Millisecond))) * time.Millisecond
+		if !quiet && net.w.r.Intn(20) == 0 {
+			d = time.Duration(net.w.r.Int63n(int64(3 * time.Second)))
+		}
+		mm.at = net.w.now + d
+		net.msgs = append(net.msgs, &mm)
+	}
+}
+
+// deliver hands a due message (one of them, chosen by the seed) to whoever
+// listens at its address now; it reports whether one was due.
+func (net *simNet) deliver() bool {
+	var due []int
+	for i, m := range net.msgs {
+		if to := net.w.nodes[m.to]; m.at <= net.w.now && (!to.up || to.awake()) { // a paused node's messages wait
+			due = append(due, i)
+		}
+	}
+	if len(due) == 0 {
+		return false
+	}
+	i := due[net.w.r.Intn(len(due))]
+	m := net.msgs[i]
+	net.msgs = append(net.msgs[:i], net.msgs[i+1:]...)
+	n := net.w.nodes[m.to]
+	if !n.up {
+		return true
+	}
+	if m.forward {
+		r, err := net.w.applyForwarded(n, m.c)
+		net.w.logf("%s answers %s of %s: %+v %v", n.name(), m.c.Type, m.c.nodeID(), r, err)
+		if errors.Is(err, ErrWrongCluster) {
+			net.wrongCluster++
+		}
+		if m.forged {
+			if err == nil {
+				net.w.fail("%s took a forged %s of %s (datacenter %d): %+v", n.name(), m.c.Type, m.c.nodeID(), m.c.Node.Datacenter, r)
+			}
+			if errors.Is(err, ErrBadCommand) {
+				net.forgedRefused++ // by the layout checks, not for want of a leader
+			}
+			return true
+		}
+		net.send(&simMsg{to: m.from, from: n.addr, req: m.req, life: m.life, r: r, err: err})
+		return true
+	}
+	if n.life != m.life || n.pending == nil || n.pending.id != m.req {
+		return true // an answer for an earlier life or request
+	}
+	c := n.pending.c
+	n.pending = nil
+	r, err := m.r, m.err
+	if err == nil && !net.w.cfg.faults.trustAnswers {
+		err = acceptAnswer(n.ownCluster(), fmt.Sprint(m.from), r, ownProtocols)
+	}
+	net.w.answered(n, c, r, err)
+	return true
+}
+
+// gossipView is what gossip shows every member: each node's current
+// identity (alive while up, paused ones too; dead since it crashed; left
+// once its leave ended in shutdown), and every identity a wipe ended (dead
+// since the wipe), with the metadata each node gossips: its addresses, its
+// cluster once its replica knows it, and whether it has Raft state.
+func (net *simNet) gossipView() map[string]gossipMember {
+	out := map[string]gossipMember{}
+	for _, g := range net.ghosts {
+		out[g.ID] = g
+	}
+	for _, n := range net.w.nodes {
+		m := gossipMember{ID: n.id, Parsed: true, State: MemberAlive, Meta: meta{Name: n.name(),
+			GRPCAddr: grpcAddr(n.addr), RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(),
+			Member: n.applied > 0 || (n.cl != nil && n.cl.member(n.id)), Leaving: n.leaving != 0}}
+		switch {
+		case n.up:
+		case n.left:
+			m.State, m.Since = MemberLeft, net.w.base.Add(n.downAt)
+		default:
+			m.State, m.Since = MemberDead, net.w.base.Add(n.downAt)
+		}
+		out[n.id] = m
+	}
+	return out
+}
+
+// probe is the leader's Status call to addr over the authenticated
+// transport: whoever listens there now answers, unless it is down or paused.
+func (net *simNet) probe(addr string) (Status, error) {
+	for _, n := range net.w.nodes {
+		if grpcAddr(n.addr) != addr {
+			continue
+		}
+		if !n.awake() {
+			return Status{}, errors.New("connection refused")
+		}
+		if n.stranger() && net.w.cfg.legacy {
+			return Status{ID: n.id, RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(), AppliedIndex: uint64(n.applied),
+				LastIndex: uint64(n.applied), Leaving: n.leaving != 0}, nil
+		}
+		dc := n.dc
+		return Status{ID: n.id, RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(), AppliedIndex: uint64(n.applied),
+			LastIndex: uint64(n.applied), Leaving: n.leaving != 0, Protocols: ownProtocols, Clock: n.clock().Now().UnixNano(),
+			Datacenter: &dc}, nil
+	}
+	return Status{}, errors.New("no such address")
 }

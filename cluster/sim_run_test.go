@@ -59,7 +59,7 @@ func TestSimulate(t *testing.T) {
 		events += w.events
 		minted += w.minted
 		clusters += len(w.cls)
-		wrongCluster += w.wrongCluster
+		wrongCluster += w.net.wrongCluster
 		beforeFence += w.beforeFence
 		withdrawn += w.withdrawn
 		fences += w.fences
@@ -80,7 +80,7 @@ func TestSimulate(t *testing.T) {
 				fenced++
 			}
 		}
-		forged += w.forgedRefused
+		forged += w.net.forgedRefused
 		for k, c := range w.memberActs {
 			acts[k] += c
 		}
@@ -248,7 +248,7 @@ func TestSimulatorReplaysASeedExactly(t *testing.T) {
 			w := newSimWorld(seed, simFaults{}, nil)
 			err := w.run()
 			prints = append(prints, fmt.Sprintf("err %v, events %d, IDs %d, clusters %d, settled %v, reconcile %v, wrong-cluster %d, forged %d\n%s",
-				err, w.events, w.minted, len(w.cls), w.settled(), w.memberActs, w.wrongCluster, w.forgedRefused, w.traceText()))
+				err, w.events, w.minted, len(w.cls), w.settled(), w.memberActs, w.net.wrongCluster, w.net.forgedRefused, w.traceText()))
 		}
 		for i := 1; i < len(prints); i++ {
 			if prints[i] != prints[0] {

@@ -126,17 +126,13 @@ type simEvent struct {
 }
 
 type simWorld struct {
-	seed   int64
-	r      *rand.Rand
-	cfg    simConfig
-	now    time.Duration
-	base   time.Time
-	nodes  []*simNode
-	cls    []*simCluster
-	net    []*simMsg
-	nextID int
-	// ghosts: the identities wipes ended, as gossip keeps showing them (dead).
-	ghosts []gossipMember
+	seed  int64
+	r     *rand.Rand
+	cfg   simConfig
+	now   time.Duration
+	base  time.Time
+	nodes []*simNode
+	cls   []*simCluster
 	// ids maps every ID handed out to who minted it.
 	ids    map[int64]simMint
 	minted int
@@ -145,11 +141,8 @@ type simWorld struct {
 	traceN int
 	err    error
 
-	// wrongCluster counts forwards refused because they name another
-	// cluster than the leader's (a wiped leader's new cluster at its old
-	// address); forgedRefused counts forged forwards a leader refused by
-	// the layout checks.
-	wrongCluster, forgedRefused int
+	net simNet // forwards and answers in flight, gossip and Status probes
+
 	// beforeFence counts IDs two clusters both handed out before the older
 	// one had fenced the younger (the meeting's window).
 	beforeFence int
@@ -232,6 +225,7 @@ func newSimWorld(seed int64, faults simFaults, tweak func(*simConfig)) *simWorld
 	}
 	w := &simWorld{seed: seed, r: r, cfg: cfg, ids: map[int64]simMint{},
 		base: time.Unix(generator.DefaultEpoch+1e6, 0)}
+	w.net = simNet{w: w}
 	for a := 0; a < cfg.nodes; a++ {
 		n := &simNode{w: w, addr: a, up: true, replica: newFSM()}
 		n.id, n.nm = w.newNodeID(a, 0), fmt.Sprintf("%d.0", a)
@@ -374,7 +368,7 @@ func (w *simWorld) step() {
 			w.draw(n)
 		}
 	case 2:
-		w.deliver()
+		w.net.deliver()
 	case 3: // replication: a follower's replica catches up some of the way, or, far behind, installs the leader's snapshot
 		if n := w.pickNode(up); n != nil && n.cl != nil && n.applied < len(n.cl.log) {
 			if l := n.cl.leader; l != nil && l != n && l.awake() && l.applied-n.applied > 8 && w.r.Intn(3) == 0 {
@@ -473,7 +467,7 @@ func (w *simWorld) step() {
 			if n.believed != nil {
 				to = n.believed.addr
 			}
-			w.send(&simMsg{to: to, forward: true, c: c, from: n.addr, life: -1, forged: true})
+			w.net.send(&simMsg{to: to, forward: true, c: c, from: n.addr, life: -1, forged: true})
 		}
 	case 17: // a leader's reconcile sweep (on a gossip event or its ticker)
 		w.sweep(w.cls[w.r.Intn(len(w.cls))])
@@ -513,7 +507,7 @@ func (w *simWorld) beginQuiet() {
 // agent every agentTick, and a leader reaps dead identities simReapAfter
 // after the faults stopped.
 func (w *simWorld) keepPromises() {
-	for w.deliver() {
+	for w.net.deliver() {
 	}
 	for _, c := range w.cls {
 		l := c.leader
