@@ -9,12 +9,71 @@ import (
 	"github.com/hashicorp/raft"
 )
 
+// simLeaders is the leader's side of the node's shell, run by whichever
+// node leads (or believes it does): the leader loop's Barrier and establish
+// (leader.go), handle and ApplyForwarded (apply.go), the hand-off, and
+// reconcile's sweep with its clock poll. The shipped decisions decide; Raft
+// is the modelled one (simCluster).
+type simLeaders struct {
+	w *simWorld
+	// memberActs counts the reconcile actions carried out, by kind.
+	memberActs [actPromote + 1]int
+}
+
+// barrier: a new leader's Barrier completes; its leader loop then
+// establishes the cluster (leaderLoop).
+func (ld *simLeaders) barrier(n *simNode) {
+	n.catchUp(len(n.cl.log))
+	n.ready = true
+	ld.establish(n)
+}
+
+// establish is the leader loop's establish (leader.go): initCommand when the
+// state holds no Init, and establishNext deciding whether and when to try
+// again. While the faults last an apply fails with the world's initFail
+// chance, and half of the failed ones are committed all the same.
+func (ld *simLeaders) establish(l *simNode) {
+	l.initAt = 0
+	if l.cl.leader != l || !l.ready {
+		return // the leader loop ended with the leadership
+	}
+	var err error
+	now := l.clock().Now()
+	ct, known := ld.clusterNow(l, now)
+	if l.replica.state.Layout == nil {
+		err = founderCheck(simLayout, now, ct, known, simMaxSkew)
+	}
+	if l.replica.state.Layout == nil && err == nil {
+		c := initCommand(simLayout, fmt.Sprintf("%s-%08x", l.cl.id, ld.w.r.Uint32()), ct, simMaxAhead)
+		quorum := l.cl.quorum()
+		failed := !quorum || (ld.w.quietAt == 0 && ld.w.r.Float64() < ld.w.cfg.initFail)
+		if quorum && (!failed || ld.w.r.Intn(2) == 0) {
+			idx, res := l.cl.appendEntry(c)
+			l.catchUp(int(idx))
+			_, err = appliedResult(c.Type, idx, res)
+			ld.w.logf("%s commits init of %s at %d: %v", l.name(), c.ClusterID, idx, res)
+		}
+		switch {
+		case !quorum:
+			err = fmt.Errorf("raft apply %s: %w", c.Type, raft.ErrLeadershipLost)
+			l.stepDown()
+		case failed:
+			err = fmt.Errorf("raft apply %s: %w", c.Type, raft.ErrEnqueueTimeout)
+		}
+	}
+	again, wait := establishNext(err, l.initWait)
+	if again {
+		l.initWait, l.initAt = wait, ld.w.now+wait
+		ld.w.logf("%s establish failed, retrying in %v: %v", l.name(), wait, err)
+	}
+}
+
 // clusterNow is Node.clusterNow for leader l whose clock reads now: the
 // shipped clockQuorum and clusterTime over its voters' reports.
-func (w *simWorld) clusterNow(l *simNode, now time.Time) (time.Time, bool) {
+func (ld *simLeaders) clusterNow(l *simNode, now time.Time) (time.Time, bool) {
 	var others []string
-	real, awaited := w.base.Add(w.now), 0
-	founded, led := l.replica.state.Layout != nil, w.now-l.ledAt
+	real, awaited := ld.w.base.Add(ld.w.now), 0
+	founded, led := l.replica.state.Layout != nil, ld.w.now-l.ledAt
 	if !founded {
 		led = 0
 	}
@@ -33,58 +92,10 @@ func (w *simWorld) clusterNow(l *simNode, now time.Time) (time.Time, bool) {
 	return clusterTime(now, est, quorum)
 }
 
-// establish is the leader loop's establish (leader.go): initCommand when the
-// state holds no Init, and establishNext deciding whether and when to try
-// again. While the faults last an apply fails with the world's initFail
-// chance, and half of the failed ones are committed all the same.
-func (w *simWorld) establish(l *simNode) {
-	l.initAt = 0
-	if l.cl.leader != l || !l.ready {
-		return // the leader loop ended with the leadership
-	}
-	var err error
-	now := l.clock().Now()
-	ct, known := w.clusterNow(l, now)
-	if l.replica.state.Layout == nil {
-		err = founderCheck(simLayout, now, ct, known, simMaxSkew)
-	}
-	if l.replica.state.Layout == nil && err == nil {
-		c := initCommand(simLayout, fmt.Sprintf("%s-%08x", l.cl.id, w.r.Uint32()), ct, simMaxAhead)
-		quorum := l.cl.quorum()
-		failed := !quorum || (w.quietAt == 0 && w.r.Float64() < w.cfg.initFail)
-		if quorum && (!failed || w.r.Intn(2) == 0) {
-			idx, res := l.cl.appendEntry(c)
-			l.catchUp(int(idx))
-			_, err = appliedResult(c.Type, idx, res)
-			w.logf("%s commits init of %s at %d: %v", l.name(), c.ClusterID, idx, res)
-		}
-		switch {
-		case !quorum:
-			err = fmt.Errorf("raft apply %s: %w", c.Type, raft.ErrLeadershipLost)
-			l.stepDown()
-		case failed:
-			err = fmt.Errorf("raft apply %s: %w", c.Type, raft.ErrEnqueueTimeout)
-		}
-	}
-	again, wait := establishNext(err, l.initWait)
-	if again {
-		l.initWait, l.initAt = wait, w.now+wait
-		w.logf("%s establish failed, retrying in %v: %v", l.name(), wait, err)
-	}
-}
-
-// barrier: a new leader's Barrier completes; its leader loop then
-// establishes the cluster (leaderLoop).
-func (w *simWorld) barrier(n *simNode) {
-	n.catchUp(len(n.cl.log))
-	n.ready = true
-	w.establish(n)
-}
-
 // handle is the leader's side of a command (apply.go's handle and
 // leaderApply, with Raft modelled): handleCheck, leaderCheck, appliedResult
 // and leaderAnswer decide.
-func (w *simWorld) handle(l *simNode, c command) (result, error) {
+func (ld *simLeaders) handle(l *simNode, c command) (result, error) {
 	current := l.cl.leader == l
 	if current && l.ready {
 		l.catchUp(len(l.cl.log)) // a leader applies what it commits
@@ -98,17 +109,17 @@ func (w *simWorld) handle(l *simNode, c command) (result, error) {
 	}
 	now := l.clock().Now()
 	in := leaderIn{Now: now, Member: c.Type != cmdClaim || l.cl.member(c.Node.ID), MaxAhead: simMaxAhead, MaxSkew: simMaxSkew}
-	if c.Type == cmdClaim && !in.Member && w.cfg.faults.adoptForwards {
+	if c.Type == cmdClaim && !in.Member && ld.w.cfg.faults.adoptForwards {
 		in.Member = true // (a voter it cannot reach would cost it its quorum)
 	}
-	real := w.base.Add(w.now)
+	real := ld.w.base.Add(ld.w.now)
 	if reportsClock(l.replica.state, c, l.cl.member(c.nodeID()) || in.Member && c.Type == cmdClaim) {
 		l.clocks.observe(c.nodeID(), clockSample{reported: time.Unix(0, c.SentAt), leader: now, at: real})
 	}
-	in.ClusterNow, in.Known = w.clusterNow(l, now)
+	in.ClusterNow, in.Known = ld.clusterNow(l, now)
 	d := leaderCheck(l.replica.state, c, in)
 	if d.Handoff && current {
-		w.handoff(l)
+		ld.handoff(l)
 	}
 	if current && errors.Is(d.Err, ErrNotOwner) && l.cl.truth.state.holds(c.NodeID, c.Slot, c.Tenure) {
 		// A deposed leader may not know the claims its successor committed,
@@ -116,7 +127,7 @@ func (w *simWorld) handle(l *simNode, c command) (result, error) {
 		// Barrier): a false "not owner" from it is a leader reading a stale
 		// state. No ID is at risk (the agent takes the answer as a hint),
 		// but every such answer is a reserve wasted.
-		w.fail("%s, the current leader of %s, answered \"not owner\" to the reserve of %s for slot %d tenure %d, "+
+		ld.w.fail("%s, the current leader of %s, answered \"not owner\" to the reserve of %s for slot %d tenure %d, "+
 			"which its cluster's log shows as current: %v", l.name(), l.cl.id, c.NodeID, c.Slot, c.Tenure, d.Err)
 	}
 	if d.Err != nil {
@@ -134,32 +145,41 @@ func (w *simWorld) handle(l *simNode, c command) (result, error) {
 	if !current {
 		// A deposed leader's entry may still be committed by its successor,
 		// but its caller hears only that leadership was lost.
-		if w.r.Intn(2) == 0 && l.cl.quorum() {
+		if ld.w.r.Intn(2) == 0 && l.cl.quorum() {
 			idx, _ := l.cl.appendEntry(d.Cmd)
-			w.logf("%s (deposed) proposed %s of %s: committed at %d", l.name(), d.Cmd.Type, d.Cmd.nodeID(), idx)
+			ld.w.logf("%s (deposed) proposed %s of %s: committed at %d", l.name(), d.Cmd.Type, d.Cmd.nodeID(), idx)
 		}
 		return leaderAnswer(d, result{}), fmt.Errorf("raft apply %s: %w", c.Type, raft.ErrLeadershipLost)
 	}
 	idx, res := l.cl.appendEntry(d.Cmd)
 	l.catchUp(int(idx))
-	w.logf("%s commits %s of %s at %d: %v", l.name(), d.Cmd.Type, d.Cmd.nodeID(), idx, res)
+	ld.w.logf("%s commits %s of %s at %d: %v", l.name(), d.Cmd.Type, d.Cmd.nodeID(), idx, res)
 	r, err := appliedResult(d.Cmd.Type, idx, res)
 	return leaderAnswer(d, r), err
 }
 
 // applyForwarded is ApplyForwarded in front of handle: forwardCheck decides.
-func (w *simWorld) applyForwarded(l *simNode, c command) (result, error) {
+func (ld *simLeaders) applyForwarded(l *simNode, c command) (result, error) {
 	in := forwardIn{Leader: l.believesLeader(), Own: l.ownCluster(), Speaks: ownProtocols}
 	if l.conflict {
 		in.Conflict = ErrClusterConflict
 	}
 	if err := forwardCheck(in, c, nil); err != nil {
-		if !errors.Is(err, ErrWrongCluster) || !w.cfg.faults.adoptForwards {
+		if !errors.Is(err, ErrWrongCluster) || !ld.w.cfg.faults.adoptForwards {
 			return result{}, err
 		}
 		c.ClusterID = in.Own
 	}
-	return w.handle(l, c)
+	return ld.handle(l, c)
+}
+
+// handoff hands leadership to another live member (the shell's handoff;
+// which one is not modelled).
+func (ld *simLeaders) handoff(l *simNode) {
+	if to := l.cl.pickMember(l); to != nil {
+		ld.w.logf("%s hands off", l.name())
+		l.cl.elect(to)
+	}
 }
 
 // sweep is one reconcile sweep of c's leader (leader.go): the shipped
@@ -167,15 +187,15 @@ func (w *simWorld) applyForwarded(l *simNode, c command) (result, error) {
 // gossip and replica, and the probes' answers; the world carries out each
 // action as the shell does, a configuration change or a Remove only with a
 // quorum (one without fails, as Raft's would).
-func (w *simWorld) sweep(c *simCluster) {
-	c.lastSweep = w.now
+func (ld *simLeaders) sweep(c *simCluster) {
+	c.lastSweep = ld.w.now
 	l := c.leader
 	if l == nil || !l.ready || !l.awake() || l.conflict {
 		return
 	}
 	v := &memberView{Self: l.id, SelfRaftAddr: raftAddr(l.addr), Own: l.ownCluster(),
-		Servers: append([]raft.Server(nil), c.servers...), Members: w.net.gossipView(), Addable: map[string]bool{},
-		StateAddr: map[string]string{}, LeaderApplied: uint64(l.applied), Now: w.base.Add(w.now), ReapAfter: simReapAfter}
+		Servers: append([]raft.Server(nil), c.servers...), Members: ld.w.net.gossipView(), Addable: map[string]bool{},
+		StateAddr: map[string]string{}, LeaderApplied: uint64(l.applied), Now: ld.w.base.Add(ld.w.now), ReapAfter: simReapAfter}
 	if l.replica.state.Layout != nil {
 		v.Layout = l.replica.state.Layout
 	}
@@ -184,7 +204,7 @@ func (w *simWorld) sweep(c *simCluster) {
 	}
 	// A fresh node joins the cluster the world sent it to: another
 	// cluster's leader, on the same gossip network, got to it first.
-	for _, n := range w.nodes {
+	for _, n := range ld.w.nodes {
 		if n.cl != nil && n.cl != c {
 			v.Addable[n.id] = false
 		}
@@ -205,30 +225,30 @@ func (w *simWorld) sweep(c *simCluster) {
 	sort.Slice(keys, func(i, j int) bool { return keys[i].id+" "+keys[i].addr < keys[j].id+" "+keys[j].addr })
 	answers := map[probeKey]probeAnswer{}
 	for _, k := range keys {
-		st, err := w.net.probe(k.addr)
+		st, err := ld.w.net.probe(k.addr)
 		answers[k] = probeAnswer{st, err}
 	}
-	w.pollClocks(c, l)
+	ld.pollClocks(c, l)
 	for _, a := range l.ls.sweepActions(v, gone, answers) {
 		if a.Kind == actRefuse || a.Kind == actNote || a.Kind == actWait {
 			continue
 		}
 		if !c.quorum() {
-			w.logf("%s cannot %v %s: no quorum", l.name(), a.Kind, a.ID)
+			ld.w.logf("%s cannot %v %s: no quorum", l.name(), a.Kind, a.ID)
 			continue
 		}
-		w.memberActs[a.Kind]++
+		ld.memberActs[a.Kind]++
 		switch a.Kind {
 		case actReap:
 			idx, res := c.appendEntry(command{Type: cmdRemove, NodeID: a.ID, ClusterID: c.id})
 			c.removeMember(a.ID)
 			l.catchUp(int(idx))
 			l.ls.reaped(a.ID)
-			w.logf("%s reaps %s at %d (%s): %v", l.name(), a.ID, idx, a.Why, res)
+			ld.w.logf("%s reaps %s at %d (%s): %v", l.name(), a.ID, idx, a.Why, res)
 		case actAddNonvoter:
 			c.servers = append(c.servers, raft.Server{Suffrage: raft.Nonvoter, ID: raft.ServerID(a.ID), Address: raft.ServerAddress(a.Addr)})
 			l.ls.added(a.ID, v.Now)
-			w.logf("%s adds %s as a non-voter", l.name(), a.ID)
+			ld.w.logf("%s adds %s as a non-voter", l.name(), a.ID)
 		case actPromote, actMoveAddr:
 			for i := range c.servers {
 				if string(c.servers[i].ID) == a.ID {
@@ -243,7 +263,7 @@ func (w *simWorld) sweep(c *simCluster) {
 			} else {
 				l.ls.moved(a.ID)
 			}
-			w.logf("%s %v %s at %s", l.name(), a.Kind, a.ID, a.Addr)
+			ld.w.logf("%s %v %s at %s", l.name(), a.Kind, a.ID, a.Addr)
 		}
 	}
 }
@@ -251,30 +271,21 @@ func (w *simWorld) sweep(c *simCluster) {
 // pollClocks is the leader's clock poll (Node.pollClocks), run on each
 // sweep: the voters it has not heard from within clockPollEvery are asked
 // for their Status, and statusClock decides which answers count.
-func (w *simWorld) pollClocks(c *simCluster, l *simNode) {
-	real := w.base.Add(w.now)
+func (ld *simLeaders) pollClocks(c *simCluster, l *simNode) {
+	real := ld.w.base.Add(ld.w.now)
 	for _, id := range clockPollTargets(c.voters(), l.id, l.clocks.heardSince, real, clockPollEvery) {
 		var addr string
-		for _, n := range w.nodes {
+		for _, n := range ld.w.nodes {
 			if n.id == id {
 				addr = grpcAddr(n.addr)
 			}
 		}
-		st, err := w.net.probe(addr)
+		st, err := ld.w.net.probe(addr)
 		if err != nil {
 			continue
 		}
 		if s, ok := statusClock(id, l.ownCluster(), st, l.clock().Now(), real); ok {
 			l.clocks.observe(id, s)
 		}
-	}
-}
-
-// handoff hands leadership to another live member (the shell's handoff;
-// which one is not modelled).
-func (w *simWorld) handoff(l *simNode) {
-	if to := l.cl.pickMember(l); to != nil {
-		w.logf("%s hands off", l.name())
-		l.cl.elect(to)
 	}
 }

@@ -333,7 +333,7 @@ func (net *simNet) propose(n *simNode, c command) (later bool, r result, err err
 	c.ClusterID = in.Own
 	switch rt, err := proposeRoute(in); rt {
 	case routeLocal:
-		r, err = net.w.handle(n, c)
+		r, err = net.w.lead.handle(n, c)
 		return false, r, err
 	case routeRefuse:
 		return false, result{}, err
@@ -384,7 +384,7 @@ func (net *simNet) deliver() bool {
 		return true
 	}
 	if m.forward {
-		r, err := net.w.applyForwarded(n, m.c)
+		r, err := net.w.lead.applyForwarded(n, m.c)
 		net.w.logf("%s answers %s of %s: %+v %v", n.name(), m.c.Type, m.c.nodeID(), r, err)
 		if errors.Is(err, ErrWrongCluster) {
 			net.wrongCluster++

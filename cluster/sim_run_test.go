@@ -81,7 +81,7 @@ func TestSimulate(t *testing.T) {
 			}
 		}
 		forged += w.net.forgedRefused
-		for k, c := range w.memberActs {
+		for k, c := range w.lead.memberActs {
 			acts[k] += c
 		}
 		if d := w.settled(); d > worst {
@@ -248,7 +248,7 @@ func TestSimulatorReplaysASeedExactly(t *testing.T) {
 			w := newSimWorld(seed, simFaults{}, nil)
 			err := w.run()
 			prints = append(prints, fmt.Sprintf("err %v, events %d, IDs %d, clusters %d, settled %v, reconcile %v, wrong-cluster %d, forged %d\n%s",
-				err, w.events, w.minted, len(w.cls), w.settled(), w.memberActs, w.net.wrongCluster, w.net.forgedRefused, w.traceText()))
+				err, w.events, w.minted, len(w.cls), w.settled(), w.lead.memberActs, w.net.wrongCluster, w.net.forgedRefused, w.traceText()))
 		}
 		for i := 1; i < len(prints); i++ {
 			if prints[i] != prints[0] {

@@ -141,7 +141,8 @@ type simWorld struct {
 	traceN int
 	err    error
 
-	net simNet // forwards and answers in flight, gossip and Status probes
+	net  simNet     // forwards and answers in flight, gossip and Status probes
+	lead simLeaders // the leader's side of every node's shell
 
 	// beforeFence counts IDs two clusters both handed out before the older
 	// one had fenced the younger (the meeting's window).
@@ -152,8 +153,6 @@ type simWorld struct {
 	fences int
 	// replacement: the cluster a doomed world's operator built.
 	replacement *simCluster
-	// memberActs counts the reconcile actions carried out, by kind.
-	memberActs [actPromote + 1]int
 	// quietAt: when faults stopped (0: not yet); unliveAt: the last time
 	// the liveness check found a problem in the quiet phase.
 	quietAt, unliveAt time.Duration
@@ -225,7 +224,7 @@ func newSimWorld(seed int64, faults simFaults, tweak func(*simConfig)) *simWorld
 	}
 	w := &simWorld{seed: seed, r: r, cfg: cfg, ids: map[int64]simMint{},
 		base: time.Unix(generator.DefaultEpoch+1e6, 0)}
-	w.net = simNet{w: w}
+	w.net, w.lead = simNet{w: w}, simLeaders{w: w}
 	for a := 0; a < cfg.nodes; a++ {
 		n := &simNode{w: w, addr: a, up: true, replica: newFSM()}
 		n.id, n.nm = w.newNodeID(a, 0), fmt.Sprintf("%d.0", a)
@@ -260,7 +259,7 @@ func (w *simWorld) bootstrap(n *simNode) *simCluster {
 	n.cl = c
 	w.logf("%s bootstraps %s", n.name(), c.id)
 	c.elect(n)
-	w.barrier(n)
+	w.lead.barrier(n)
 	return c
 }
 
@@ -329,7 +328,7 @@ func (w *simWorld) step() {
 			w.answered(n, c, result{}, context.DeadlineExceeded)
 		}
 		if n.initAt != 0 && w.now >= n.initAt {
-			w.establish(n)
+			w.lead.establish(n)
 		}
 	}
 	faults := w.quietAt == 0
@@ -384,7 +383,7 @@ func (w *simWorld) step() {
 	case 5: // a new leader's Barrier completes
 		for _, c := range w.cls {
 			if c.leader != nil && !c.leader.ready {
-				w.barrier(c.leader)
+				w.lead.barrier(c.leader)
 				break
 			}
 		}
@@ -470,7 +469,7 @@ func (w *simWorld) step() {
 			w.net.send(&simMsg{to: to, forward: true, c: c, from: n.addr, life: -1, forged: true})
 		}
 	case 17: // a leader's reconcile sweep (on a gossip event or its ticker)
-		w.sweep(w.cls[w.r.Intn(len(w.cls))])
+		w.lead.sweep(w.cls[w.r.Intn(len(w.cls))])
 	}
 }
 
@@ -522,10 +521,10 @@ func (w *simWorld) keepPromises() {
 			}
 		case !l.ready:
 			if w.now-l.ledAt >= simBarrierIn {
-				w.barrier(l)
+				w.lead.barrier(l)
 			}
 		case w.now-c.lastSweep >= simSweep:
-			w.sweep(c)
+			w.lead.sweep(c)
 		}
 	}
 	for _, n := range w.nodes {
