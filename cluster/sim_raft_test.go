@@ -313,7 +313,7 @@ func (n *simNode) stopIfEnded() {
 		n.withdrawn.add(n.minted.slot, upTo)
 	}
 	if !n.w.cfg.faults.lateStop {
-		n.w.agentStep(n, agentEvent{Kind: agentApplied})
+		n.w.agents.agentStep(n, agentEvent{Kind: agentApplied})
 	}
 }
 

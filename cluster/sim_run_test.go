@@ -61,7 +61,7 @@ func TestSimulate(t *testing.T) {
 		clusters += len(w.cls)
 		wrongCluster += w.net.wrongCluster
 		beforeFence += w.beforeFence
-		withdrawn += w.withdrawn
+		withdrawn += w.clients.withdrawn
 		fences += w.fences
 		if w.cfg.doomed {
 			doomed++
@@ -219,7 +219,7 @@ func TestNotOwnerAnswerIsAHint(t *testing.T) {
 	}
 	slot, tenure := n.gen.Slot(), n.tenure
 	c := command{Type: cmdReserve, NodeID: n.id, Slot: slot, Tenure: tenure, UpTo: n.gen.Granted() + 10}
-	w.answered(n, c, result{}, fmt.Errorf("%w: node %s does not hold slot %d under tenure %d", ErrNotOwner, n.id, slot, tenure))
+	w.agents.answered(n, c, result{}, fmt.Errorf("%w: node %s does not hold slot %d under tenure %d", ErrNotOwner, n.id, slot, tenure))
 	if w.err != nil {
 		t.Fatalf("%v\n%s", w.err, w.traceText())
 	}

@@ -141,14 +141,14 @@ type simWorld struct {
 	traceN int
 	err    error
 
-	net  simNet     // forwards and answers in flight, gossip and Status probes
-	lead simLeaders // the leader's side of every node's shell
+	net     simNet     // forwards and answers in flight, gossip and Status probes
+	lead    simLeaders // the leader's side of every node's shell
+	agents  simAgents  // the agent's side of every node's shell
+	clients simClients // draws from every node's rpc server
 
 	// beforeFence counts IDs two clusters both handed out before the older
 	// one had fenced the younger (the meeting's window).
 	beforeFence int
-	// withdrawn counts buffered IDs dropped for a tenure that had ended.
-	withdrawn int
 	// fences counts the commands the older leaders' fences wrote.
 	fences int
 	// replacement: the cluster a doomed world's operator built.
@@ -224,7 +224,7 @@ func newSimWorld(seed int64, faults simFaults, tweak func(*simConfig)) *simWorld
 	}
 	w := &simWorld{seed: seed, r: r, cfg: cfg, ids: map[int64]simMint{},
 		base: time.Unix(generator.DefaultEpoch+1e6, 0)}
-	w.net, w.lead = simNet{w: w}, simLeaders{w: w}
+	w.net, w.lead, w.agents, w.clients = simNet{w: w}, simLeaders{w: w}, simAgents{w: w}, simClients{w: w}
 	for a := 0; a < cfg.nodes; a++ {
 		n := &simNode{w: w, addr: a, up: true, replica: newFSM()}
 		n.id, n.nm = w.newNodeID(a, 0), fmt.Sprintf("%d.0", a)
@@ -325,7 +325,7 @@ func (w *simWorld) step() {
 		if n.pending != nil && w.now > n.pending.deadline {
 			c := n.pending.c
 			n.pending = nil
-			w.answered(n, c, result{}, context.DeadlineExceeded)
+			w.agents.answered(n, c, result{}, context.DeadlineExceeded)
 		}
 		if n.initAt != 0 && w.now >= n.initAt {
 			w.lead.establish(n)
@@ -360,11 +360,11 @@ func (w *simWorld) step() {
 	switch ev {
 	case 0:
 		if n := w.pickNode(up); n != nil {
-			w.agent(n)
+			w.agents.agent(n)
 		}
 	case 1:
 		if n := w.pickNode(up); n != nil {
-			w.draw(n)
+			w.clients.draw(n)
 		}
 	case 2:
 		w.net.deliver()
@@ -438,14 +438,14 @@ func (w *simWorld) step() {
 		}
 	case 12:
 		if n := w.pickNode(up); n != nil {
-			w.produce(n)
+			w.clients.produce(n)
 		}
 	case 13: // a graceful leave (the leader's own hands off first: not modelled)
 		if n := w.pickNode(func(n *simNode) bool {
 			return n.awake() && n.gen != nil && n.leaving == 0 && n.pending == nil && !n.conflict && n.cl.leader != n &&
 				n.cl.keepsQuorum(n.id, true)
 		}); n != nil {
-			w.leave(n)
+			w.agents.leave(n)
 		}
 	case 14: // a node takes a Raft snapshot of its replica (SnapshotThreshold)
 		if n := w.pickNode(func(n *simNode) bool { return n.awake() && n.cl != nil && n.applied > n.snapAt }); n != nil {
@@ -536,7 +536,7 @@ func (w *simWorld) keepPromises() {
 			n.catchUp(len(n.cl.log))
 			n.lastRepl = w.now
 			if n.applied != was {
-				w.agent(n) // the agent follows every applied entry (fsm.changed)
+				w.agents.agent(n) // the agent follows every applied entry (fsm.changed)
 			}
 		}
 		if w.now-n.lastBeat >= simHeartbeat {
@@ -544,7 +544,7 @@ func (w *simWorld) keepPromises() {
 			n.lastBeat = w.now
 		}
 		if w.now-n.lastTick >= agentTick {
-			w.agent(n)
+			w.agents.agent(n)
 			n.lastTick = w.now
 		}
 	}
