@@ -16,7 +16,7 @@ func (w *simWorld) handOut(n *simNode, b simBatchOf) {
 		slot := int(id>>simLayout.SequenceBits) & (simLayout.Slots() - 1)
 		who := simMint{n.name(), b.cl.id, b.tenure, slot, ts}
 		if prev, dup := w.ids[id]; dup {
-			if prev.cluster != who.cluster && !w.afterFence(n, prev.cluster) {
+			if prev.cluster != who.cluster && !w.plan.afterFence(n, prev.cluster) {
 				// Two clusters before they met, or an ID the older one
 				// handed out before its fence: the meeting's window, which
 				// no fence can take back (DESIGN.md, "A node mints only

@@ -62,10 +62,10 @@ func TestSimulate(t *testing.T) {
 		wrongCluster += w.net.wrongCluster
 		beforeFence += w.beforeFence
 		withdrawn += w.clients.withdrawn
-		fences += w.fences
+		fences += w.plan.fences
 		if w.cfg.doomed {
 			doomed++
-			if r := w.replacement; r != nil && r.won {
+			if r := w.plan.replacement; r != nil && r.won {
 				replaced++
 			}
 		}

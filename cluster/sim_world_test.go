@@ -141,18 +141,15 @@ type simWorld struct {
 	traceN int
 	err    error
 
-	net     simNet     // forwards and answers in flight, gossip and Status probes
-	lead    simLeaders // the leader's side of every node's shell
-	agents  simAgents  // the agent's side of every node's shell
-	clients simClients // draws from every node's rpc server
+	net     simNet       // forwards and answers in flight, gossip and Status probes
+	lead    simLeaders   // the leader's side of every node's shell
+	agents  simAgents    // the agent's side of every node's shell
+	clients simClients   // draws from every node's rpc server
+	plan    simFaultPlan // wipes, a doomed quorum, and the meetings they lead to
 
 	// beforeFence counts IDs two clusters both handed out before the older
 	// one had fenced the younger (the meeting's window).
 	beforeFence int
-	// fences counts the commands the older leaders' fences wrote.
-	fences int
-	// replacement: the cluster a doomed world's operator built.
-	replacement *simCluster
 	// quietAt: when faults stopped (0: not yet); unliveAt: the last time
 	// the liveness check found a problem in the quiet phase.
 	quietAt, unliveAt time.Duration
@@ -225,6 +222,7 @@ func newSimWorld(seed int64, faults simFaults, tweak func(*simConfig)) *simWorld
 	w := &simWorld{seed: seed, r: r, cfg: cfg, ids: map[int64]simMint{},
 		base: time.Unix(generator.DefaultEpoch+1e6, 0)}
 	w.net, w.lead, w.agents, w.clients = simNet{w: w}, simLeaders{w: w}, simAgents{w: w}, simClients{w: w}
+	w.plan = simFaultPlan{w: w}
 	for a := 0; a < cfg.nodes; a++ {
 		n := &simNode{w: w, addr: a, up: true, replica: newFSM()}
 		n.id, n.nm = w.newNodeID(a, 0), fmt.Sprintf("%d.0", a)
@@ -284,7 +282,7 @@ func (w *simWorld) step() {
 		w.beginQuiet()
 	}
 	if w.cfg.doom && w.events > w.cfg.events/3 {
-		w.doom()
+		w.plan.doom()
 	}
 	defer func() {
 		if w.quietAt != 0 {
@@ -310,12 +308,12 @@ func (w *simWorld) step() {
 		// Every cluster on the gossip network (a younger one once its
 		// meeting is due) meets every other there that has not stopped.
 		for _, d := range w.cls {
-			if d != c && w.inGossip(c) && w.inGossip(d) && !c.stopped && !d.stopped && c.younger && (!d.younger || d.created < c.created) {
-				w.meet(c, d)
+			if d != c && w.plan.inGossip(c) && w.plan.inGossip(d) && !c.stopped && !d.stopped && c.younger && (!d.younger || d.created < c.created) {
+				w.plan.meet(c, d)
 			}
 		}
 		if c.stopped && c.fencedAt == 0 && c.fencedBy != nil {
-			w.fenceMet(c)
+			w.plan.fenceMet(c)
 		}
 	}
 	for _, n := range w.nodes {
@@ -398,7 +396,7 @@ func (w *simWorld) step() {
 		}
 	case 8:
 		if n := w.pickNode(func(n *simNode) bool { return spare(n) && !n.gone && n.cl.keepsQuorum(n.id, false) }); n != nil {
-			w.wipe(n)
+			w.plan.wipe(n)
 		}
 	case 9:
 		if n := w.pickNode(up); n != nil {
