@@ -271,7 +271,7 @@ func (cs *simClients) draw(n *simNode) {
 	}
 	if cs.w.r.Intn(2) == 0 {
 		if b, ok := cs.takeBuffered(n); ok {
-			cs.w.handOut(n, b)
+			cs.w.check.handOut(n, b)
 		}
 		return
 	}
@@ -291,5 +291,5 @@ func (cs *simClients) draw(n *simNode) {
 		}
 		return
 	}
-	cs.w.handOut(n, simBatchOf{ids: ids, cl: n.cl, nodeID: n.id, tenure: n.tenure, slot: n.gen.Slot(), applied: n.applied})
+	cs.w.check.handOut(n, simBatchOf{ids: ids, cl: n.cl, nodeID: n.id, tenure: n.tenure, slot: n.gen.Slot(), applied: n.applied})
 }

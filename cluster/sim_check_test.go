@@ -6,44 +6,61 @@ import (
 	"time"
 )
 
+// simChecker judges the world: every ID as it is handed out (never twice,
+// always inside its tenure's window in its cluster's log), the tenures of
+// every log (never overlapping), and in the quiet phase liveness and
+// membership.
+type simChecker struct {
+	w *simWorld
+	// ids maps every ID handed out to who minted it; minted counts them.
+	ids    map[int64]simMint
+	minted int
+	// beforeFence counts IDs two clusters both handed out before the older
+	// one had fenced the younger (the meeting's window).
+	beforeFence int
+	// unliveAt: the last time the liveness check found a problem in the
+	// quiet phase.
+	unliveAt time.Duration
+}
+
 // handOut checks every ID of b as n hands it out: never handed out before,
 // and inside the window its own cluster's log granted to the tenure that
 // minted it.
-func (w *simWorld) handOut(n *simNode, b simBatchOf) {
+func (ck *simChecker) handOut(n *simNode, b simBatchOf) {
 	tr := b.cl.truth.state.tenure(b.slot, b.tenure)
 	for _, id := range b.ids {
 		ts := simStamp(id)
 		slot := int(id>>simLayout.SequenceBits) & (simLayout.Slots() - 1)
 		who := simMint{n.name(), b.cl.id, b.tenure, slot, ts}
-		if prev, dup := w.ids[id]; dup {
-			if prev.cluster != who.cluster && !w.plan.afterFence(n, prev.cluster) {
+		if prev, dup := ck.ids[id]; dup {
+			if prev.cluster != who.cluster && !ck.w.plan.afterFence(n, prev.cluster) {
 				// Two clusters before they met, or an ID the older one
 				// handed out before its fence: the meeting's window, which
 				// no fence can take back (DESIGN.md, "A node mints only
 				// from its own log"). Once n's replica has applied the
 				// fence, nothing n hands out may repeat the other's, its
 				// buffered batches included (withdraw.go).
-				w.beforeFence++
+				ck.beforeFence++
 				continue
 			}
-			w.fail("ID %d handed out twice: by %s and earlier by %s", id, who, prev)
+			ck.w.fail("ID %d handed out twice: by %s and earlier by %s", id, who, prev)
 			return
 		}
-		w.ids[id] = who
+		ck.ids[id] = who
 		switch {
 		case tr == nil || tr.NodeID != b.nodeID || tr.Slot != slot:
-			w.fail("ID %d (%s) in no tenure of this node in its cluster's log (record %+v)", id, who, tr)
+			ck.w.fail("ID %d (%s) in no tenure of this node in its cluster's log (record %+v)", id, who, tr)
 			return
 		case ts <= tr.Floor || ts > tr.Granted:
-			w.fail("ID %d (%s) outside its tenure's window (%d, %d] in its cluster's log", id, who, tr.Floor, tr.Granted)
+			ck.w.fail("ID %d (%s) outside its tenure's window (%d, %d] in its cluster's log", id, who, tr.Floor, tr.Granted)
 			return
 		}
 	}
-	w.minted += len(b.ids)
+	ck.minted += len(b.ids)
 }
 
-// checkTenures: no two tenures of a slot overlap, in a cluster's log.
-func (w *simWorld) checkTenures(c *simCluster) {
+// tenures: no two tenures of a slot overlap, in a cluster's log.
+func (ck *simChecker) tenures(c *simCluster) {
 	ts := c.truth.state.Tenures
 	byFloor := make([]Tenure, 0, len(ts))
 	for _, t := range ts {
@@ -60,119 +77,54 @@ func (w *simWorld) checkTenures(c *simCluster) {
 	for i := 1; i < len(byFloor); i++ {
 		a, b := byFloor[i-1], byFloor[i]
 		if a.Slot == b.Slot && b.Floor < a.Granted {
-			w.fail("tenures %d and %d of slot %d in %s overlap: (%d, %d] and (%d, %d]", a.ClaimedIndex, b.ClaimedIndex, a.Slot, c.id, a.Floor, a.Granted, b.Floor, b.Granted)
+			ck.w.fail("tenures %d and %d of slot %d in %s overlap: (%d, %d] and (%d, %d]", a.ClaimedIndex, b.ClaimedIndex, a.Slot, c.id, a.Floor, a.Granted, b.Floor, b.Granted)
 		}
 	}
 }
 
-// checkLive is the liveness check of the quiet phase: simLiveBound after the
+// live is the liveness check of the quiet phase: simLiveBound after the
 // faults stopped, every live node of a cluster that has not met an older one
 // that holds a slot in its cluster's log runs a generator for that tenure
 // with room to mint, and no such node is slotless while a slot is free.
-func (w *simWorld) checkLive() {
-	p := w.liveProblem()
+func (ck *simChecker) live() {
+	p := ck.liveProblem()
 	if p == "" {
 		return
 	}
-	w.unliveAt = w.now
-	if w.now >= w.quietAt+simLiveBound {
-		w.fail("liveness: %v after the faults stopped, %s", w.now-w.quietAt, p)
+	ck.unliveAt = ck.w.now
+	if ck.w.now >= ck.w.quietAt+simLiveBound {
+		ck.w.fail("liveness: %v after the faults stopped, %s", ck.w.now-ck.w.quietAt, p)
 	}
 }
 
 // settled is how long after the faults stopped the liveness check last found
 // a problem (0: none).
-func (w *simWorld) settled() time.Duration {
-	if w.quietAt == 0 || w.unliveAt < w.quietAt {
+func (ck *simChecker) settled() time.Duration {
+	if ck.w.quietAt == 0 || ck.unliveAt < ck.w.quietAt {
 		return 0
 	}
-	return w.unliveAt - w.quietAt
+	return ck.unliveAt - ck.w.quietAt
 }
 
 // liveProblem is the first problem liveness has now ("" for none); it
 // looks at every node, to keep each one's noRoom current.
-func (w *simWorld) liveProblem() string {
+func (ck *simChecker) liveProblem() string {
 	var p string
-	for _, n := range w.nodes {
-		if q := w.nodeLiveProblem(n); p == "" {
+	for _, n := range ck.w.nodes {
+		if q := ck.nodeLiveProblem(n); p == "" {
 			p = q
 		}
 	}
-	for _, c := range w.cls {
+	for _, c := range ck.w.cls {
 		if p == "" {
-			p = w.membershipProblem(c)
+			p = ck.membershipProblem(c)
 		}
 	}
 	return p
 }
 
-// judged: liveness judges c, a cluster that is to serve its clients: it
-// has a node up, has not stopped on a meeting, and is not a younger one
-// that has yet to win one (unless no node of its older cluster is up).
-func (w *simWorld) judged(c *simCluster) bool {
-	up := func(c *simCluster) bool {
-		for _, n := range w.nodes {
-			if n.cl == c && n.up {
-				return true
-			}
-		}
-		return false
-	}
-	switch {
-	case c.stopped || !up(c):
-		return false
-	case c.younger && !c.won:
-		return c.older != nil && !up(c.older)
-	}
-	return true
-}
-
-// membershipProblem: reconcile has not brought c's membership in line with
-// its live nodes yet: a server or a slot holder is an identity no live node
-// of c has (gone for good, or down since the faults stopped: not reaped),
-// or a live node of c is not a voter (not added or not promoted; at most
-// maxVoters, and the world has fewer addresses).
-func (w *simWorld) membershipProblem(c *simCluster) string {
-	if !w.judged(c) {
-		return ""
-	}
-	live := func(id string) bool {
-		for _, n := range w.nodes {
-			if n.id == id && n.up && n.cl == c && !n.conflict {
-				return true
-			}
-		}
-		return false
-	}
-	for _, sv := range c.servers {
-		if !live(string(sv.ID)) {
-			return fmt.Sprintf("server %s of %s is no live node's identity: not reaped", sv.ID, c.id)
-		}
-	}
-	for i, sl := range c.truth.state.Slots {
-		if sl.Owner != "" && !live(sl.Owner) {
-			return fmt.Sprintf("slot %d of %s is held by %s, no live node's identity: not reaped", i, c.id, sl.Owner)
-		}
-	}
-	for _, n := range w.nodes {
-		if n.stranger() {
-			if c.voter(n.id) && w.cfg.legacy {
-				return fmt.Sprintf("%s, of the release before protocol 2 under another layout, is a voter of %s: it never claims, nor reports a clock", n.name(), c.id)
-			}
-			if c.voter(n.id) {
-				return fmt.Sprintf("%s, started with datacenter %d outside the layout, is a voter of %s: it can never claim", n.name(), n.dc, c.id)
-			}
-			continue
-		}
-		if n.up && n.cl == c && !n.conflict && !c.voter(n.id) {
-			return fmt.Sprintf("%s is a live node of %s but not a voter", n.name(), c.id)
-		}
-	}
-	return ""
-}
-
-func (w *simWorld) nodeLiveProblem(n *simNode) string {
-	if !n.up || n.cl == nil || n.conflict || !w.judged(n.cl) || n.stranger() {
+func (ck *simChecker) nodeLiveProblem(n *simNode) string {
+	if !n.up || n.cl == nil || n.conflict || !ck.judged(n.cl) || n.stranger() {
 		n.noRoom = false
 		return ""
 	}
@@ -195,17 +147,82 @@ func (w *simWorld) nodeLiveProblem(n *simNode) string {
 		return fmt.Sprintf("%s holds slot %d under tenure %d in its cluster's log but runs no generator for it (generator tenure %d, the agent's %d)",
 			n.name(), i, s.Slots[i].Tenure, n.tenure, n.rule.Tenure())
 	case g.Cursor() < g.Granted():
-	case s.Slots[i].HighWater > simLayout.Units(w.base.Add(w.now+simMaxAhead)):
+	case s.Slots[i].HighWater > simLayout.Units(ck.w.base.Add(ck.w.now+simMaxAhead)):
 		// The log granted past real time + max-ahead while a quorum of
 		// the voters' clocks was that far ahead (a lone founder's clock
 		// minutes or hours off): the node waits for time to catch up, the
 		// design's cost of a wrong quorum of clocks (DESIGN.md).
 		n.noRoom = false
 	case !n.noRoom:
-		n.noRoom, n.noRoomSince = true, w.now
-	case w.now-n.noRoomSince > simRoomGrace:
+		n.noRoom, n.noRoomSince = true, ck.w.now
+	case ck.w.now-n.noRoomSince > simRoomGrace:
 		return fmt.Sprintf("%s has had no room on slot %d for %v: cursor %d, granted %d (log: %d)",
-			n.name(), i, w.now-n.noRoomSince, g.Cursor(), g.Granted(), s.Slots[i].HighWater)
+			n.name(), i, ck.w.now-n.noRoomSince, g.Cursor(), g.Granted(), s.Slots[i].HighWater)
 	}
 	return ""
+}
+
+// membershipProblem: reconcile has not brought c's membership in line with
+// its live nodes yet: a server or a slot holder is an identity no live node
+// of c has (gone for good, or down since the faults stopped: not reaped),
+// or a live node of c is not a voter (not added or not promoted; at most
+// maxVoters, and the world has fewer addresses).
+func (ck *simChecker) membershipProblem(c *simCluster) string {
+	if !ck.judged(c) {
+		return ""
+	}
+	live := func(id string) bool {
+		for _, n := range ck.w.nodes {
+			if n.id == id && n.up && n.cl == c && !n.conflict {
+				return true
+			}
+		}
+		return false
+	}
+	for _, sv := range c.servers {
+		if !live(string(sv.ID)) {
+			return fmt.Sprintf("server %s of %s is no live node's identity: not reaped", sv.ID, c.id)
+		}
+	}
+	for i, sl := range c.truth.state.Slots {
+		if sl.Owner != "" && !live(sl.Owner) {
+			return fmt.Sprintf("slot %d of %s is held by %s, no live node's identity: not reaped", i, c.id, sl.Owner)
+		}
+	}
+	for _, n := range ck.w.nodes {
+		if n.stranger() {
+			if c.voter(n.id) && ck.w.cfg.legacy {
+				return fmt.Sprintf("%s, of the release before protocol 2 under another layout, is a voter of %s: it never claims, nor reports a clock", n.name(), c.id)
+			}
+			if c.voter(n.id) {
+				return fmt.Sprintf("%s, started with datacenter %d outside the layout, is a voter of %s: it can never claim", n.name(), n.dc, c.id)
+			}
+			continue
+		}
+		if n.up && n.cl == c && !n.conflict && !c.voter(n.id) {
+			return fmt.Sprintf("%s is a live node of %s but not a voter", n.name(), c.id)
+		}
+	}
+	return ""
+}
+
+// judged: liveness judges c, a cluster that is to serve its clients: it
+// has a node up, has not stopped on a meeting, and is not a younger one
+// that has yet to win one (unless no node of its older cluster is up).
+func (ck *simChecker) judged(c *simCluster) bool {
+	up := func(c *simCluster) bool {
+		for _, n := range ck.w.nodes {
+			if n.cl == c && n.up {
+				return true
+			}
+		}
+		return false
+	}
+	switch {
+	case c.stopped || !up(c):
+		return false
+	case c.younger && !c.won:
+		return c.older != nil && !up(c.older)
+	}
+	return true
 }

@@ -109,7 +109,7 @@ func (cl *simCluster) appendEntry(c command) (uint64, interface{}) {
 	if id := cl.truth.state.ClusterID; c.Type == cmdInit && id != "" {
 		cl.id = id
 	}
-	cl.w.checkTenures(cl)
+	cl.w.check.tenures(cl)
 	return idx, res
 }
 

@@ -26,7 +26,7 @@ func TestSimulate(t *testing.T) {
 		w := newSimWorld(*simSeed, simFaults{}, nil)
 		err := w.run()
 		t.Logf("seed %d: %d nodes, %d events, %d clusters, %d IDs checked, live again %v after the faults stopped",
-			*simSeed, len(w.nodes), w.events, len(w.cls), w.minted, w.settled().Round(time.Millisecond))
+			*simSeed, len(w.nodes), w.events, len(w.cls), w.check.minted, w.check.settled().Round(time.Millisecond))
 		if err != nil || testing.Verbose() {
 			t.Logf("last events:\n%s", w.traceText())
 		}
@@ -57,10 +57,10 @@ func TestSimulate(t *testing.T) {
 			t.Fatalf("seed %d: %v\nlast events:\n%s\nreplay: go test ./cluster -run TestSimulate -sim.seed %d -v", seed, err, w.traceText(), seed)
 		}
 		events += w.events
-		minted += w.minted
+		minted += w.check.minted
 		clusters += len(w.cls)
 		wrongCluster += w.net.wrongCluster
-		beforeFence += w.beforeFence
+		beforeFence += w.check.beforeFence
 		withdrawn += w.clients.withdrawn
 		fences += w.plan.fences
 		if w.cfg.doomed {
@@ -84,10 +84,10 @@ func TestSimulate(t *testing.T) {
 		for k, c := range w.lead.memberActs {
 			acts[k] += c
 		}
-		if d := w.settled(); d > worst {
+		if d := w.check.settled(); d > worst {
 			worst, worstSeed = d, seed
 		}
-		settle += w.settled()
+		settle += w.check.settled()
 	}
 	el := time.Since(start)
 	t.Logf("%d schedules in %v: %.0f schedules/s, %d events/schedule, %d IDs checked/schedule, %.2f clusters/schedule",
@@ -248,7 +248,7 @@ func TestSimulatorReplaysASeedExactly(t *testing.T) {
 			w := newSimWorld(seed, simFaults{}, nil)
 			err := w.run()
 			prints = append(prints, fmt.Sprintf("err %v, events %d, IDs %d, clusters %d, settled %v, reconcile %v, wrong-cluster %d, forged %d\n%s",
-				err, w.events, w.minted, len(w.cls), w.settled(), w.lead.memberActs, w.net.wrongCluster, w.net.forgedRefused, w.traceText()))
+				err, w.events, w.check.minted, len(w.cls), w.check.settled(), w.lead.memberActs, w.net.wrongCluster, w.net.forgedRefused, w.traceText()))
 		}
 		for i := 1; i < len(prints); i++ {
 			if prints[i] != prints[0] {

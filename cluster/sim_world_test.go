@@ -126,33 +126,27 @@ type simEvent struct {
 }
 
 type simWorld struct {
-	seed  int64
-	r     *rand.Rand
-	cfg   simConfig
-	now   time.Duration
-	base  time.Time
-	nodes []*simNode
-	cls   []*simCluster
-	// ids maps every ID handed out to who minted it.
-	ids    map[int64]simMint
-	minted int
+	seed   int64
+	r      *rand.Rand // every choice the world makes, in order
+	cfg    simConfig
+	now    time.Duration
+	base   time.Time
+	nodes  []*simNode
+	cls    []*simCluster
 	events int
-	trace  []simEvent // ring of the last simTraceLen events
-	traceN int
-	err    error
+	// quietAt: when faults stopped (0: not yet).
+	quietAt time.Duration
+	trace   []simEvent // ring of the last simTraceLen events
+	traceN  int
+	err     error // the first violation
 
+	// The concerns, each owning its part of the world's state.
 	net     simNet       // forwards and answers in flight, gossip and Status probes
 	lead    simLeaders   // the leader's side of every node's shell
 	agents  simAgents    // the agent's side of every node's shell
 	clients simClients   // draws from every node's rpc server
 	plan    simFaultPlan // wipes, a doomed quorum, and the meetings they lead to
-
-	// beforeFence counts IDs two clusters both handed out before the older
-	// one had fenced the younger (the meeting's window).
-	beforeFence int
-	// quietAt: when faults stopped (0: not yet); unliveAt: the last time
-	// the liveness check found a problem in the quiet phase.
-	quietAt, unliveAt time.Duration
+	check   simChecker   // every ID handed out, the tenures, liveness
 }
 
 const simTraceLen = 50
@@ -219,10 +213,10 @@ func newSimWorld(seed int64, faults simFaults, tweak func(*simConfig)) *simWorld
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	w := &simWorld{seed: seed, r: r, cfg: cfg, ids: map[int64]simMint{},
+	w := &simWorld{seed: seed, r: r, cfg: cfg,
 		base: time.Unix(generator.DefaultEpoch+1e6, 0)}
 	w.net, w.lead, w.agents, w.clients = simNet{w: w}, simLeaders{w: w}, simAgents{w: w}, simClients{w: w}
-	w.plan = simFaultPlan{w: w}
+	w.plan, w.check = simFaultPlan{w: w}, simChecker{w: w, ids: map[int64]simMint{}}
 	for a := 0; a < cfg.nodes; a++ {
 		n := &simNode{w: w, addr: a, up: true, replica: newFSM()}
 		n.id, n.nm = w.newNodeID(a, 0), fmt.Sprintf("%d.0", a)
@@ -286,7 +280,7 @@ func (w *simWorld) step() {
 	}
 	defer func() {
 		if w.quietAt != 0 {
-			w.checkLive()
+			w.check.live()
 		}
 	}()
 	for _, c := range w.cls {
@@ -555,7 +549,7 @@ func (w *simWorld) run() error {
 		w.step()
 	}
 	for _, c := range w.cls {
-		w.checkTenures(c)
+		w.check.tenures(c)
 	}
 	return w.err
 }
