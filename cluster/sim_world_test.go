@@ -283,6 +283,19 @@ func (w *simWorld) step() {
 			w.check.live()
 		}
 	}()
+	w.tickClusters()
+	w.tickNodes()
+	faults := w.quietAt == 0
+	if !faults {
+		w.keepPromises()
+	}
+	w.event(w.pickEvent(faults), faults)
+}
+
+// tickClusters is what goes on in every cluster each step: a leader without
+// a quorum steps down, a paused one is replaced, a younger cluster meets
+// the older ones once due, and a winner fences the cluster it stopped.
+func (w *simWorld) tickClusters() {
 	for _, c := range w.cls {
 		if l := c.leader; l != nil && !c.quorum() {
 			l.stepDown() // its lease runs out: it has not heard from a quorum
@@ -310,6 +323,11 @@ func (w *simWorld) step() {
 			w.plan.fenceMet(c)
 		}
 	}
+}
+
+// tickNodes fires the timers of every awake node: a proposal's deadline,
+// and an establish retry.
+func (w *simWorld) tickNodes() {
 	for _, n := range w.nodes {
 		if !n.awake() {
 			continue // its timers fire when it wakes
@@ -323,10 +341,10 @@ func (w *simWorld) step() {
 			w.lead.establish(n)
 		}
 	}
-	faults := w.quietAt == 0
-	if !faults {
-		w.keepPromises()
-	}
+}
+
+// pickEvent draws the step's event by weight: faults only while they last.
+func (w *simWorld) pickEvent(faults bool) int {
 	weights := []float64{30, 30, 25, 20, 6, 4, 0, 0, 0, 0, 0, 0, 15, 0, 3, 0, 0, 0}
 	if faults {
 		weights[6], weights[7], weights[8], weights[9], weights[10], weights[11] = w.cfg.elect, w.cfg.crash, w.cfg.wipe, w.cfg.jump, w.cfg.remove, 2
@@ -346,6 +364,11 @@ func (w *simWorld) step() {
 		}
 		x -= weights[ev]
 	}
+	return ev
+}
+
+// event runs event ev of the step (pickEvent's).
+func (w *simWorld) event(ev int, faults bool) {
 	up := func(n *simNode) bool { return n.awake() }
 	// In a calm world the first cluster's leader is never crashed or wiped.
 	spare := func(n *simNode) bool { return !w.cfg.calm || n != w.cls[0].leader }
