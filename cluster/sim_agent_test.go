@@ -1,5 +1,8 @@
 package cluster
 
+// The simulator's agent and rpc sides (sim_world_test.go): the agent's
+// shell around slotAgent.step, and the prefetch buffer clients draw from.
+
 import (
 	"context"
 	"errors"

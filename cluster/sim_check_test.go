@@ -1,5 +1,8 @@
 package cluster
 
+// The simulator's checks (sim_world_test.go): what a run must never do, and
+// what it must do once the faults stop.
+
 import (
 	"fmt"
 	"sort"

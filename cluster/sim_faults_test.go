@@ -1,5 +1,8 @@
 package cluster
 
+// The simulator's faults (sim_world_test.go): those planted to prove the
+// checker bites, and those that change which clusters there are.
+
 import (
 	"fmt"
 	"time"

@@ -1,5 +1,8 @@
 package cluster
 
+// The simulator's leader side (sim_world_test.go): the node's leader shell
+// around the shipped decisions, over the modelled Raft.
+
 import (
 	"errors"
 	"fmt"

@@ -1,16 +1,13 @@
 package cluster
 
+// The simulator's network (sim_world_test.go): forwards and answers in
+// flight, gossip's view and the Status probes.
+
 import (
 	"errors"
 	"fmt"
 	"time"
 )
-
-type simReq struct {
-	id       int
-	c        command
-	deadline time.Duration
-}
 
 // simNet is the network between the nodes: the forwards and answers in
 // flight (delayed, lost, duplicated and reordered while the faults last),
@@ -42,6 +39,12 @@ type simMsg struct {
 	// forged: a forward no agent sent (a buggy or hostile peer's), which
 	// every leader must refuse.
 	forged bool
+}
+
+type simReq struct {
+	id       int
+	c        command
+	deadline time.Duration
 }
 
 // propose sends c from n (apply.go's propose): proposeRoute decides whether

@@ -1,5 +1,11 @@
 package cluster
 
+// The simulator's Raft (sim_world_test.go): a cluster is one committed log
+// with its configuration, committing, electing and changing its
+// configuration only with a quorum; a node keeps a replica of it that lags,
+// applies as replication brings entries, takes and restores snapshots, and
+// crashes and restarts.
+
 import (
 	"bytes"
 	"errors"

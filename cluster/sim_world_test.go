@@ -4,8 +4,8 @@ package cluster
 // simulator"). Every virtual node runs the shipped decision code: the
 // replicated state machine (fsm.Apply over encoded entries), the generator
 // (generator.Generator on a virtual clock), the agent's rule (slotAgent.step,
-// driven as the node drives it), the leader's (handleCheck, leaderCheck, appliedResult,
-// leaderAnswer, initCommand, establishNext), the way between them
+// driven as the node drives it), the leader's (handleCheck, leaderCheck,
+// appliedResult, leaderAnswer, initCommand, establishNext), the way between them
 // (proposeRoute, forwardCheck, acceptAnswer) and cluster time (clockBook,
 // clusterTime), and Raft's snapshots (fsm.Snapshot, Persist, Restore). Raft,
 // the transport and gossip are modelled: one log per cluster that commits
@@ -13,9 +13,25 @@ package cluster
 // restarts from a snapshot, elections, deposed and paused leaders that still
 // answer, failed Inits, forwards and answers that are delayed, lost,
 // duplicated and reordered, and delivered to whoever listens at an address
-// now; nodes pause, leave, and keep a prefetch buffer (generator.TakeRuleFor). After the faults a quiet
-// phase checks liveness. Every choice comes from one seeded math/rand
+// now; nodes pause, leave, and keep a prefetch buffer (generator.TakeRuleFor).
+// After the faults a quiet phase checks liveness. Every choice comes from one seeded math/rand
 // source, so a seed replays its run exactly.
+//
+// The world (this file: its timing, config, nodes and clusters, the step
+// loop and run) composes one part per concern, each owning its state:
+//   - sim_raft_test.go: the modelled Raft, on simCluster (its log,
+//     configuration, quorum and elections) and simNode (its replica,
+//     snapshots, stepping down, crash and restart);
+//   - sim_leader_test.go: simLeaders, the leader's side of the shell
+//     (Barrier, establish, handle, ApplyForwarded, hand-off, reconcile);
+//   - sim_agent_test.go: simAgents, the agent's shell, and simClients, the
+//     rpc server's prefetch buffer and draws;
+//   - sim_net_test.go: simNet, the messages in flight, gossip and probes;
+//   - sim_faults_test.go: the planted faults (simFaults) and simFaultPlan
+//     (wipes, a quorum lost for good, the meetings and their fences);
+//   - sim_check_test.go: simChecker (IDs, tenures, liveness, membership).
+//
+// The tests that run it are in sim_run_test.go.
 
 import (
 	"context"
