@@ -120,3 +120,47 @@ func TestNoFileCallsBackIntoItsCaller(t *testing.T) {
 		}
 	}
 }
+
+// maxMethods is the most methods a type of the package may have: a type
+// with more is doing more than one thing.
+const maxMethods = 20
+
+// TestNoTypeHasMoreThanMaxMethods counts the methods declared on each type in
+// cluster/ and the packages below it, test files (the simulator) included.
+func TestNoTypeHasMoreThanMaxMethods(t *testing.T) {
+	count := map[string]int{}
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return err
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+		if err != nil {
+			return err
+		}
+		for _, decl := range f.Decls {
+			fn, ok := decl.(*ast.FuncDecl)
+			if !ok || fn.Recv == nil || len(fn.Recv.List) == 0 {
+				continue
+			}
+			typ := fn.Recv.List[0].Type
+			if star, ok := typ.(*ast.StarExpr); ok {
+				typ = star.X
+			}
+			if idx, ok := typ.(*ast.IndexExpr); ok {
+				typ = idx.X
+			}
+			if id, ok := typ.(*ast.Ident); ok {
+				count[filepath.Join("cluster", filepath.Dir(path))+"."+id.Name]++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for typ, n := range count {
+		if n > maxMethods {
+			t.Errorf("%s has %d methods, more than %d", typ, n, maxMethods)
+		}
+	}
+}
