@@ -122,7 +122,13 @@ func (f *fsm) Apply(l *raft.Log) interface{} {
 		// does not understand would silently diverge from the others.
 		panic(fmt.Sprintf("idgen fsm: unknown command type %d at index %d: upgrade this node", l.Data[0], l.Index))
 	}
-	res := f.applyLocked(l)
+	c, _, err := decodeEntry(l.Data, ownProtocols)
+	if errors.Is(err, errEntryVersion) {
+		// As with an unknown type: a replica that applied an entry by rules
+		// older than the ones it was written under could diverge.
+		panic(fmt.Sprintf("idgen fsm: %v, at index %d: upgrade this node", err, l.Index))
+	}
+	res := f.applyLocked(l.Index, c, err)
 	f.lastCommand.Store(&appliedEntry{index: l.Index, hash: entryHash(l)})
 	f.notify()
 	if f.afterApply != nil {
@@ -131,17 +137,17 @@ func (f *fsm) Apply(l *raft.Log) interface{} {
 	return res
 }
 
-func (f *fsm) applyLocked(l *raft.Log) interface{} {
+// applyLocked applies entry index, decoded as c (or refused with decodeErr).
+func (f *fsm) applyLocked(index uint64, c command, decodeErr error) interface{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.state.Index = l.Index
-	c, err := decodeCommand(l.Data)
-	if err != nil {
+	f.state.Index = index
+	if decodeErr != nil {
 		// Every replica holds the same bytes and refuses them the same way,
 		// so an error result is as deterministic as applying the entry.
-		return fmt.Errorf("%w: log entry %d: %v", ErrBadCommand, l.Index, err)
+		return fmt.Errorf("%w: log entry %d: %v", ErrBadCommand, index, decodeErr)
 	}
-	return f.state.apply(c, l.Index)
+	return f.state.apply(c, index)
 }
 
 // admit checks a command against the state's layout: validate's shape checks

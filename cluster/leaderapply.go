@@ -143,10 +143,11 @@ func (lg *leaderGate) raftApply(ctx context.Context, c command) (result, uint64,
 			return result{}, 0, fmt.Errorf("raft apply %s: %w", c.Type, err)
 		}
 	}
-	if err := writable(c.Type, max(n.versions.writeProtocol(), 1)); err != nil {
+	v := max(n.versions.writeProtocol(), 1)
+	if err := writable(c.Type, v); err != nil {
 		return result{}, 0, err
 	}
-	data, err := encodeCommand(c)
+	data, err := encodeEntry(c, v)
 	if err != nil {
 		return result{}, 0, err
 	}

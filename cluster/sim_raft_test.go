@@ -104,7 +104,7 @@ func (c *simCluster) removeMember(id string) {
 
 // appendEntry commits c in cl's log and applies it to the truth.
 func (cl *simCluster) appendEntry(c command) (uint64, interface{}) {
-	data, err := encodeCommand(c)
+	data, err := encodeEntry(c, ProtocolMax)
 	if err != nil {
 		cl.w.fail("encode %s: %v", c.Type, err)
 		return 0, err
