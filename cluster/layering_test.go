@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -162,5 +163,32 @@ func TestNoTypeHasMoreThanMaxMethods(t *testing.T) {
 		if n > maxMethods {
 			t.Errorf("%s has %d methods, more than %d", typ, n, maxMethods)
 		}
+	}
+}
+
+// TestEveryRoleKnowsItsNode: Open gives every role (a field of Node whose
+// type reaches the node through a field n) its node.
+func TestEveryRoleKnowsItsNode(t *testing.T) {
+	tc := newTestCluster(t)
+	tc.add("a", 1)
+	n := tc.start("a")
+	v := reflect.ValueOf(n).Elem()
+	roles := 0
+	for i := range v.NumField() {
+		f := v.Field(i)
+		if f.Kind() != reflect.Struct {
+			continue
+		}
+		back := f.FieldByName("n")
+		if !back.IsValid() || back.Type() != reflect.TypeOf(n) {
+			continue
+		}
+		roles++
+		if back.Pointer() != reflect.ValueOf(n).Pointer() {
+			t.Errorf("role %s (%s) does not know its node", v.Type().Field(i).Name, f.Type())
+		}
+	}
+	if roles < 10 {
+		t.Fatalf("found %d roles in Node; the test no longer sees them", roles)
 	}
 }

@@ -105,6 +105,7 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n.agent.n, n.lead.n, n.recon.n, n.members.n, n.ident.n = n, n, n, n, n
 	n.versions.n, n.log.n, n.proposer.n, n.house.n = n, n, n, n
+	n.gate.n, n.clusterClock.n, n.twins.n = n, n, n
 	n.gate.handoff = make(chan struct{}, 1)
 	n.fsm.afterApply = n.agent.stopIfEnded
 	n.members.foreign.init()
