@@ -12,24 +12,6 @@ import (
 	"github.com/idgen/idgen/generator"
 )
 
-const (
-	// agentTick is how often the agent checks its room without a signal.
-	agentTick = 100 * time.Millisecond
-	// minReserveGap keeps reserve requests to a few per second per node, even
-	// under saturating load.
-	minReserveGap = 200 * time.Millisecond
-	// claimRetry is how often a standby or refused node tries to claim again
-	// without a state change. A claim that found no leader (or one not ready
-	// yet, or a cluster not founded yet) failed without costing the leader
-	// anything and is retried every agentTick, so a node claims within a tick
-	// of its cluster's first leader and of its Init.
-	claimRetry = time.Second
-	// maxReserveBackoff caps the gap between reserves that a run of "not
-	// owner" answers doubles from minReserveGap: a false one (a deposed
-	// leader's) costs at most this of the room left.
-	maxReserveBackoff = 2 * time.Second
-)
-
 // agentShell is the slot agent's shell: it gathers the rule's input (the
 // node, its generator and its replica), steps the rule (decide.go's
 // slotAgent) and carries out what it returns. It claims a slot, runs a
@@ -298,31 +280,6 @@ func (a *agentShell) notOwned() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.rule.NotOwned()
-}
-
-// errTenureNotHeld: the local log shows the claim's tenure is not (or no
-// longer) this node's current hold on a slot.
-var errTenureNotHeld = errors.New("the local log does not show this node holding the claimed tenure")
-
-// ownTenure reads this node's hold under tenure from its own replica: ok when
-// the state has applied the claim and the tenure is still its slot's current
-// one; applied reports whether the state has reached the claim's index at all.
-func ownTenure(s *state, nodeID string, tenure uint64) (t Tenure, applied, ok bool) {
-	if tenure == 0 || s.Index < tenure {
-		return Tenure{}, false, false
-	}
-	i := s.slotOf(nodeID)
-	if i < 0 || s.Slots[i].Tenure != tenure {
-		return Tenure{}, true, false
-	}
-	for j := len(s.Tenures) - 1; j >= 0; j-- {
-		if r := s.Tenures[j]; r.Slot == i && r.ClaimedIndex == tenure && r.NodeID == nodeID && r.ReleasedIndex == 0 {
-			// While the tenure is current its grant is the slot's highWater.
-			r.Granted = s.Slots[i].HighWater
-			return r, true, true
-		}
-	}
-	return Tenure{}, true, false
 }
 
 func (a *agentShell) claimFailure(err error) string {

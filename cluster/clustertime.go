@@ -1,8 +1,6 @@
 package cluster
 
 import (
-	"sort"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -20,117 +18,6 @@ import (
 // release that puts no clock in its Status and sends no commands) is absent:
 // the quorum is taken over the voters present, so that a silent voter is
 // never a reason to grant nothing.
-
-// clockSampleTTL: a report older than this says nothing about a clock now.
-// Every node reserves at least every half lead (5 s by default), so a live
-// voter's report is seldom more than a few seconds old.
-const clockSampleTTL = time.Minute
-
-// clockSample is one node's clock as it reported it.
-type clockSample struct {
-	reported time.Time // the sender's clock when it sent the command
-	leader   time.Time // this leader's clock when the command arrived
-	at       time.Time // time.Now() when it arrived: a monotonic reference for ageing
-}
-
-// clockBook keeps every node's latest clock report, as the leader saw it.
-type clockBook struct {
-	mu   sync.Mutex
-	last map[string]clockSample
-}
-
-func (b *clockBook) observe(id string, s clockSample) {
-	if id == "" {
-		return
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.last == nil {
-		b.last = map[string]clockSample{}
-	}
-	b.last[id] = s
-}
-
-// retain forgets the reports of every node not in ids (the servers of the
-// leader's Raft configuration): a removed member's clock says nothing of the
-// cluster's, and the book stays bounded by the configuration.
-func (b *clockBook) retain(ids []string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	keep := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		keep[id] = true
-	}
-	for id := range b.last {
-		if !keep[id] {
-			delete(b.last, id)
-		}
-	}
-}
-
-func (b *clockBook) reset() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.last = nil
-}
-
-// byID returns the current clock of each of ids that reported within ttl:
-// its report aged by the real time since it arrived.
-func (b *clockBook) byID(ids []string, now time.Time, ttl time.Duration) []time.Time {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []time.Time
-	for _, id := range ids {
-		s, ok := b.last[id]
-		if !ok {
-			continue
-		}
-		if age := now.Sub(s.at); age <= ttl {
-			out = append(out, s.reported.Add(age))
-		}
-	}
-	return out
-}
-
-// heardSince is when id's latest report arrived (zero if never).
-func (b *clockBook) heardSince(id string) time.Time {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.last[id].at
-}
-
-// recent counts the nodes heard from within window whose clocks were off this
-// leader's by more than max when they reported, and those within it.
-func (b *clockBook) recent(self string, window, max time.Duration, now time.Time) (off, within int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for id, s := range b.last {
-		if id == self || now.Sub(s.at) > window {
-			continue
-		}
-		if skew := s.reported.Sub(s.leader); skew > max || skew < -max {
-			off++
-		} else {
-			within++
-		}
-	}
-	return off, within
-}
-
-// clusterTime is the quorum-th latest of own and others: at least quorum
-// clocks read it or later, so clocks ahead by any amount move it past every
-// correct clock only if they are a quorum themselves. (A median of just the
-// clocks heard from is not enough: two of five voters an hour ahead are two
-// of the first three to report.) known is false when fewer than quorum clocks
-// count; t is then the earliest of them.
-func clusterTime(own time.Time, others []time.Time, quorum int) (t time.Time, known bool) {
-	all := append([]time.Time{own}, others...)
-	sort.Slice(all, func(i, j int) bool { return all[i].After(all[j]) })
-	if quorum < 1 || len(all) < quorum {
-		return all[len(all)-1], false
-	}
-	return all[quorum-1], true
-}
 
 // clusterNow is the cluster's time as this leader sees it, from its own clock
 // now and the voters' latest reports (clockQuorum says which count).
@@ -180,51 +67,6 @@ func (cc *clusterClock) unreportedVoters() []string {
 	for _, s := range f.Configuration().Servers {
 		id := string(s.ID)
 		if s.Suffrage == raft.Voter && id != n.id && len(cc.clocks.byID([]string{id}, time.Now(), n.cfg.clockTTL)) == 0 {
-			out = append(out, id)
-		}
-	}
-	return out
-}
-
-// clockAwaited: the leader counts toward the quorum a voter that reported
-// within the TTL, and one that may yet: before the cluster is founded
-// (founded false: no Init in the log) every founding voter, whatever it is,
-// so that Init's start is never from fewer than a quorum of all of them (a
-// release before protocol 2 reports no clock before Init: founders of it
-// are waited for, and establish's error names them); after
-// Init every voter but those gossip shows gone (dead or left), each until
-// the leader has led for the TTL (clockQuorum).
-func clockAwaited(reported, gone, founded bool) bool {
-	return reported || !gone || !founded
-}
-
-// clockQuorum is which clocks count in the cluster's time and how many of
-// them must agree: fresh holds the aged reports of the other voters heard
-// from within ttl, of others in all (less the ones gossip shows dead or
-// left that have not reported: absent at once); led is how long this node
-// has led. A voter not heard from counts as present (its clock is awaited)
-// until this node has led for ttl; after that it is absent, and the quorum
-// is a majority of this node and the voters present.
-func clockQuorum(fresh []time.Time, others int, led, ttl time.Duration) ([]time.Time, int) {
-	present := 1 + others
-	if led >= ttl {
-		present = 1 + len(fresh)
-	}
-	return fresh, present/2 + 1
-}
-
-// clockPollEvery is how often the leader asks a voter it has not heard from
-// for its Status (and with it its clock).
-const clockPollEvery = 2 * time.Second
-
-// clockPollTargets are the voters (other than self) whose latest report is
-// older than every at now: the ones the leader asks for their Status. (The
-// leader asks every voter at least every protocolPollEvery as well, for its
-// protocol range: pollClocks.)
-func clockPollTargets(voters []string, self string, heard func(string) time.Time, now time.Time, every time.Duration) []string {
-	var out []string
-	for _, id := range voters {
-		if id != self && now.Sub(heard(id)) >= every {
 			out = append(out, id)
 		}
 	}

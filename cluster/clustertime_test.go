@@ -230,11 +230,9 @@ func TestReserveOfANonHolderReportsNoClock(t *testing.T) {
 	var leader *Node
 	harness.WaitFor(t, 10*time.Second, "a leader", func() bool { leader = tc.node(leaderOf(tc, "a", "b", "c")); return leader != nil })
 	ids := map[string]bool{}
-	leader.clusterClock.clocks.mu.Lock()
-	for id := range leader.clusterClock.clocks.last {
+	for _, id := range leader.clusterClock.clocks.ids() {
 		ids[id] = true
 	}
-	leader.clusterClock.clocks.mu.Unlock()
 	for i := range 100 {
 		p := &pseudoNode{id: fmt.Sprintf("%032x", i+1), tc: tc, clock: ahead}
 		if _, err := p.deliver(p.command(command{Type: cmdReserve, NodeID: p.id, Slot: i % 3, Tenure: uint64(i + 1), UpTo: 1})); !errors.Is(err, ErrNotOwner) && !errors.Is(err, ErrClockSkew) {
@@ -245,13 +243,11 @@ func TestReserveOfANonHolderReportsNoClock(t *testing.T) {
 	if _, err := real.deliver(real.command(command{Type: cmdReserve, NodeID: real.id, Slot: 0, Tenure: 1 << 40, UpTo: 1})); !errors.Is(err, ErrNotOwner) && !errors.Is(err, ErrClockSkew) {
 		t.Fatalf("a reserve of b under a wrong tenure: %v, want it refused", err)
 	}
-	leader.clusterClock.clocks.mu.Lock()
-	defer leader.clusterClock.clocks.mu.Unlock()
-	for id, s := range leader.clusterClock.clocks.last {
-		if !ids[id] && id != "b" && id != tc.node("b").id && id != tc.node("c").id && id != tc.node("a").id {
+	for _, id := range leader.clusterClock.clocks.ids() {
+		if !ids[id] && id != tc.node("b").id && id != tc.node("c").id && id != tc.node("a").id {
 			t.Errorf("the leader keeps a clock sample of %s, which holds no slot", id)
 		}
-		if s.reported.Sub(s.leader) > 30*time.Minute {
+		if est := leader.clusterClock.clocks.byID([]string{id}, time.Now(), time.Minute); len(est) == 1 && time.Until(est[0]) > 30*time.Minute {
 			t.Errorf("the leader keeps %s's clock as an hour ahead, from a refused reserve", id)
 		}
 	}

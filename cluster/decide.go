@@ -546,3 +546,56 @@ func claimRetryAfter(err error) time.Duration {
 	}
 	return claimRetry
 }
+
+const (
+	// agentTick is how often the agent checks its room without a signal.
+	agentTick = 100 * time.Millisecond
+	// minReserveGap keeps reserve requests to a few per second per node, even
+	// under saturating load.
+	minReserveGap = 200 * time.Millisecond
+	// claimRetry is how often a standby or refused node tries to claim again
+	// without a state change. A claim that found no leader (or one not ready
+	// yet, or a cluster not founded yet) failed without costing the leader
+	// anything and is retried every agentTick, so a node claims within a tick
+	// of its cluster's first leader and of its Init.
+	claimRetry = time.Second
+	// maxReserveBackoff caps the gap between reserves that a run of "not
+	// owner" answers doubles from minReserveGap: a false one (a deposed
+	// leader's) costs at most this of the room left.
+	maxReserveBackoff = 2 * time.Second
+)
+
+// errTenureNotHeld: the local log shows the claim's tenure is not (or no
+// longer) this node's current hold on a slot.
+var errTenureNotHeld = errors.New("the local log does not show this node holding the claimed tenure")
+
+// ownTenure reads this node's hold under tenure from its own replica: ok when
+// the state has applied the claim and the tenure is still its slot's current
+// one; applied reports whether the state has reached the claim's index at all.
+func ownTenure(s *state, nodeID string, tenure uint64) (t Tenure, applied, ok bool) {
+	if tenure == 0 || s.Index < tenure {
+		return Tenure{}, false, false
+	}
+	i := s.slotOf(nodeID)
+	if i < 0 || s.Slots[i].Tenure != tenure {
+		return Tenure{}, true, false
+	}
+	for j := len(s.Tenures) - 1; j >= 0; j-- {
+		if r := s.Tenures[j]; r.Slot == i && r.ClaimedIndex == tenure && r.NodeID == nodeID && r.ReleasedIndex == 0 {
+			// While the tenure is current its grant is the slot's highWater.
+			r.Granted = s.Slots[i].HighWater
+			return r, true, true
+		}
+	}
+	return Tenure{}, true, false
+}
+
+// The first retry of a failed establish comes after establishBackoff, each
+// next one after twice the wait, up to maxEstablishBackoff.
+const (
+	establishBackoff    = 100 * time.Millisecond
+	maxEstablishBackoff = 5 * time.Second
+)
+
+// applyTimeout bounds a Raft apply when the caller's context has no deadline.
+const applyTimeout = 5 * time.Second

@@ -171,13 +171,6 @@ func (ld *leader) leaderLoop(stop chan struct{}) {
 	}
 }
 
-// The first retry of a failed establish comes after establishBackoff, each
-// next one after twice the wait, up to maxEstablishBackoff.
-const (
-	establishBackoff    = 100 * time.Millisecond
-	maxEstablishBackoff = 5 * time.Second
-)
-
 // Why establish wrote no Init yet.
 var (
 	// errAwaitingClocks: fewer than a quorum of the founding voters' clocks

@@ -9,9 +9,6 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// applyTimeout bounds a Raft apply when the caller's context has no deadline.
-const applyTimeout = 5 * time.Second
-
 // propose sends a command to the leader: applied here when this node leads,
 // forwarded otherwise (proposeRoute and acceptAnswer decide, decide.go). Any
 // error means the outcome is unknown or refused; callers treat both as "not

@@ -136,7 +136,7 @@ func (sh *simAgents) answered(n *simNode, c command, r result, err error) {
 	case cmdClaim:
 		if sh.w.cfg.faults.trustAnswers && err == nil && n.gen == nil {
 			// (Planted: the generator starts from the answer, not the replica.)
-			n.rule.tenure = r.Tenure
+			n.rule.step(agentEvent{Kind: agentClaimAnswered, Tenure: r.Tenure}, sh.agentInput(n))
 			sh.carryOut(n, agentOut{Start: true, Tenure: r.Tenure, Slot: r.Slot, Floor: r.Floor, Granted: r.Granted})
 			sh.drive(n, agentEvent{Kind: agentLook})
 			return
