@@ -9,15 +9,15 @@ import (
 
 // runningAgent is a rule that has claimed tenure 5 on slot 1 and started its
 // generator, and the input of a look with its window used up.
-func runningAgent(t *testing.T, now time.Time) (*slotAgent, agentIn) {
+func runningAgent(t *testing.T, now time.Time) (*SlotAgent, AgentIn) {
 	t.Helper()
-	a := &slotAgent{}
-	in := agentIn{Now: now, Own: Tenure{Slot: 1, Granted: 10, ClaimedIndex: 5}, Applied: true, Held: true}
-	if out := a.step(agentEvent{Kind: agentLook}, in); !out.Claim {
+	a := &SlotAgent{}
+	in := AgentIn{Now: now, Own: Tenure{Slot: 1, Granted: 10, ClaimedIndex: 5}, Applied: true, Held: true}
+	if out := a.Step(AgentEvent{Kind: AgentLook}, in); !out.Claim {
 		t.Fatalf("a look with nothing held: %+v, want a claim", out)
 	}
-	a.step(agentEvent{Kind: agentClaimAnswered, Tenure: 5}, in)
-	if out := a.step(agentEvent{Kind: agentLook}, in); !out.Start || out.Tenure != 5 || out.Slot != 1 {
+	a.Step(AgentEvent{Kind: AgentClaimAnswered, Tenure: 5}, in)
+	if out := a.Step(AgentEvent{Kind: AgentLook}, in); !out.Start || out.Tenure != 5 || out.Slot != 1 {
 		t.Fatalf("a look with the claim applied: %+v, want a start of tenure 5 on slot 1", out)
 	}
 	in.Running, in.Slot, in.Granted, in.Head, in.Lead = true, 1, 10, 10, 100
@@ -26,13 +26,13 @@ func runningAgent(t *testing.T, now time.Time) (*slotAgent, agentIn) {
 
 // reservesIn steps a's looks every agentTick for d from in.Now, answering
 // each reserve with answer, and counts the reserves.
-func reservesIn(a *slotAgent, in agentIn, d time.Duration, answer error) (int, time.Time) {
+func reservesIn(a *SlotAgent, in AgentIn, d time.Duration, answer error) (int, time.Time) {
 	n, start := 0, in.Now
-	for at := time.Duration(0); at < d; at += agentTick {
+	for at := time.Duration(0); at < d; at += AgentTick {
 		in.Now = start.Add(at)
-		if out := a.step(agentEvent{Kind: agentLook}, in); out.Reserve {
+		if out := a.Step(AgentEvent{Kind: AgentLook}, in); out.Reserve {
 			n++
-			a.step(agentEvent{Kind: agentReserveAnswered, Tenure: 5, Err: answer}, in)
+			a.Step(AgentEvent{Kind: AgentReserveAnswered, Tenure: 5, Err: answer}, in)
 		}
 	}
 	return n, start.Add(d)
@@ -52,20 +52,20 @@ func TestNotOwnerReservesBackOff(t *testing.T) {
 	n, at := reservesIn(a, in, 20*time.Second, notOwner)
 	// 0, 0.2, 0.6, 1.4, 3.0 s, then every 2 s: 13 in 20 s (100 without the backoff).
 	if n > 14 || n < 8 {
-		t.Fatalf("%d reserves in 20 s all answered \"not owner\"; want about 13 (backing off to one per %v)", n, maxReserveBackoff)
+		t.Fatalf("%d reserves in 20 s all answered \"not owner\"; want about 13 (backing off to one per %v)", n, MaxReserveBackoff)
 	}
 	if a.NotOwned() != n {
 		t.Fatalf("NotOwned() = %d after %d \"not owner\" answers", a.NotOwned(), n)
 	}
 	in.Now = at
-	for ; ; in.Now = in.Now.Add(agentTick) {
-		if out := a.step(agentEvent{Kind: agentLook}, in); out.Reserve {
-			a.step(agentEvent{Kind: agentReserveAnswered, Tenure: 5}, in)
+	for ; ; in.Now = in.Now.Add(AgentTick) {
+		if out := a.Step(AgentEvent{Kind: AgentLook}, in); out.Reserve {
+			a.Step(AgentEvent{Kind: AgentReserveAnswered, Tenure: 5}, in)
 			break
 		}
 	}
 	if n, _ := reservesIn(a, in, 2*time.Second, nil); n < 9 {
-		t.Fatalf("%d reserves in 2 s after an accepted one (room still low); want one per %v", n, minReserveGap)
+		t.Fatalf("%d reserves in 2 s after an accepted one (room still low); want one per %v", n, MinReserveGap)
 	}
 }
 
@@ -75,13 +75,13 @@ func TestNotOwnerReservesBackOff(t *testing.T) {
 func TestSkewRefusedReserveAsksAgain(t *testing.T) {
 	a, in := runningAgent(t, time.Unix(1_000_000, 0))
 	in.Granted = 1000 // room enough
-	if out := a.step(agentEvent{Kind: agentLook}, in); !out.Reserve {
+	if out := a.Step(AgentEvent{Kind: AgentLook}, in); !out.Reserve {
 		t.Fatalf("the first look after a start: %+v, want the first reserve", out)
 	}
-	a.step(agentEvent{Kind: agentReserveAnswered, Tenure: 5, Err: fmt.Errorf("%w: off by 1h", ErrClockSkew)}, in)
+	a.Step(AgentEvent{Kind: AgentReserveAnswered, Tenure: 5, Err: fmt.Errorf("%w: off by 1h", ErrClockSkew)}, in)
 	n, _ := reservesIn(a, in, 10*time.Second, ErrClockSkew)
 	if n < 9 || n > 10 {
-		t.Fatalf("%d reserves in 10 s after a clock-skew refusal with room left; want one per %v", n, claimRetry)
+		t.Fatalf("%d reserves in 10 s after a clock-skew refusal with room left; want one per %v", n, ClaimRetry)
 	}
 	if n, _ := reservesIn(a, in, 10*time.Second, nil); n > 1 {
 		t.Fatalf("%d reserves in 10 s once accepted, with room left; want at most one", n)
@@ -93,22 +93,22 @@ func TestSkewRefusedReserveAsksAgain(t *testing.T) {
 // answer, and an applied entry follows the log without sending anything.
 func TestAgentRevokesOnlyOnItsReplica(t *testing.T) {
 	a, in := runningAgent(t, time.Unix(1_000_000, 0))
-	a.step(agentEvent{Kind: agentReserveAnswered, Tenure: 5, Err: ErrNotOwner}, in)
-	if out := a.step(agentEvent{Kind: agentApplied}, in); out.Revoke != nil || out.Reserve || out.Claim {
+	a.Step(AgentEvent{Kind: AgentReserveAnswered, Tenure: 5, Err: ErrNotOwner}, in)
+	if out := a.Step(AgentEvent{Kind: AgentApplied}, in); out.Revoke != nil || out.Reserve || out.Claim {
 		t.Fatalf("an applied entry with the tenure still held: %+v, want nothing sent and nothing revoked", out)
 	}
 	in.Own.Granted = 40
-	if out := a.step(agentEvent{Kind: agentApplied}, in); out.Grant != 40 {
+	if out := a.Step(AgentEvent{Kind: AgentApplied}, in); out.Grant != 40 {
 		t.Fatalf("an applied grant: %+v, want Grant 40", out)
 	}
 	in.Held, in.SlotOwner, in.SlotTenure = false, "y", 9
-	out := a.step(agentEvent{Kind: agentApplied}, in)
+	out := a.Step(AgentEvent{Kind: AgentApplied}, in)
 	if !errors.Is(out.Revoke, ErrNotOwner) {
 		t.Fatalf("an applied end of the tenure: %+v, want a revoke", out)
 	}
 	b, in := runningAgent(t, time.Unix(1_000_000, 0))
 	in.Conflict = true
-	if out := b.step(agentEvent{Kind: agentLook}, in); !errors.Is(out.Revoke, ErrClusterConflict) {
+	if out := b.Step(AgentEvent{Kind: AgentLook}, in); !errors.Is(out.Revoke, ErrClusterConflict) {
 		t.Fatalf("a look in conflict: %+v, want a revoke", out)
 	}
 }

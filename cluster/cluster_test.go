@@ -306,7 +306,7 @@ func TestLaggingNodeCatchesUpFromSnapshot(t *testing.T) {
 		}
 		slot := leader.Status().Slot
 		for i := 0; i < 20; i++ {
-			if _, _, err := leader.gate.raftApply(context.Background(), command{Type: cmdReserve, NodeID: leader.ID(), Slot: slot, Tenure: leader.agent.tenure.Load()}); err != nil {
+			if _, _, err := leader.gate.raftApply(context.Background(), Command{Type: CmdReserve, NodeID: leader.ID(), Slot: slot, Tenure: leader.agent.tenure.Load()}); err != nil {
 				return false
 			}
 		}
@@ -366,7 +366,7 @@ func TestForwardToADeadLeaderEndsWhenRaftMovesOn(t *testing.T) {
 	}
 	done := make(chan answer, 1)
 	go func() {
-		_, err := follower.proposer.propose(ctx, command{Type: cmdReserve, NodeID: follower.ID(), Slot: follower.Status().Slot,
+		_, err := follower.proposer.propose(ctx, Command{Type: CmdReserve, NodeID: follower.ID(), Slot: follower.Status().Slot,
 			Tenure: follower.agent.tenure.Load(), UpTo: 1})
 		done <- answer{err, time.Now()}
 	}()

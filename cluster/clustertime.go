@@ -47,12 +47,12 @@ func (cc *clusterClock) clusterNow(own time.Time) (time.Time, bool) {
 	for _, id := range others {
 		m, seen := members[id]
 		gone := seen && (m.State == MemberDead || m.State == MemberLeft)
-		if clockAwaited(len(cc.clocks.byID([]string{id}, now, n.cfg.clockTTL)) > 0, gone, founded) {
+		if ClockAwaited(len(cc.clocks.ByID([]string{id}, now, n.cfg.clockTTL)) > 0, gone, founded) {
 			awaited++
 		}
 	}
-	est, quorum := clockQuorum(cc.clocks.byID(others, now, n.cfg.clockTTL), awaited, led, n.cfg.clockTTL)
-	return clusterTime(own, est, quorum)
+	est, quorum := ClockQuorum(cc.clocks.ByID(others, now, n.cfg.clockTTL), awaited, led, n.cfg.clockTTL)
+	return ClusterTime(own, est, quorum)
 }
 
 // unreportedVoters are the other voters whose clocks this leader has not
@@ -66,7 +66,7 @@ func (cc *clusterClock) unreportedVoters() []string {
 	var out []string
 	for _, s := range f.Configuration().Servers {
 		id := string(s.ID)
-		if s.Suffrage == raft.Voter && id != n.id && len(cc.clocks.byID([]string{id}, time.Now(), n.cfg.clockTTL)) == 0 {
+		if s.Suffrage == raft.Voter && id != n.id && len(cc.clocks.ByID([]string{id}, time.Now(), n.cfg.clockTTL)) == 0 {
 			out = append(out, id)
 		}
 	}
@@ -79,11 +79,11 @@ func (cc *clusterClock) unreportedVoters() []string {
 // founding voters' clocks decide Init's start), with a clock (a release
 // before protocol 2 sends none). leaderNow is the leader's clock and at the
 // real time when it arrived.
-func statusClock(id, own string, st Status, leaderNow, at time.Time) (clockSample, bool) {
+func statusClock(id, own string, st Status, leaderNow, at time.Time) (ClockSample, bool) {
 	if st.ID != id || st.ClusterID != own || st.Clock == 0 {
-		return clockSample{}, false
+		return ClockSample{}, false
 	}
-	return clockSample{reported: time.Unix(0, st.Clock), leader: leaderNow, at: at}, true
+	return ClockSample{Reported: time.Unix(0, st.Clock), Leader: leaderNow, At: at}, true
 }
 
 // pollClocks runs while this node leads: every clockPollEvery it asks each
@@ -93,7 +93,7 @@ func statusClock(id, own string, st Status, leaderNow, at time.Time) (clockSampl
 // sweep.
 func (cc *clusterClock) pollClocks(stop <-chan struct{}) {
 	n := cc.n
-	tick := time.NewTicker(clockPollEvery)
+	tick := time.NewTicker(ClockPollEvery)
 	defer tick.Stop()
 	for first := true; ; first = false {
 		if !first {
@@ -114,16 +114,16 @@ func (cc *clusterClock) pollClocks(stop <-chan struct{}) {
 				voters = append(voters, string(s.ID))
 			}
 		}
-		cc.clocks.retain(servers)
+		cc.clocks.Retain(servers)
 		own := n.ident.ownCluster()
 		keys := map[probeKey]bool{}
 		heard := func(id string) time.Time {
-			if t := cc.n.versions.protocols.provenAt(id); t.Before(time.Now().Add(-protocolPollEvery)) {
+			if t := cc.n.versions.protocols.ProvenAt(id); t.Before(time.Now().Add(-ProtocolPollEvery)) {
 				return time.Time{} // its range is due: ask it whatever it reported since
 			}
-			return cc.clocks.heardSince(id)
+			return cc.clocks.HeardSince(id)
 		}
-		for _, id := range clockPollTargets(voters, n.id, heard, time.Now(), clockPollEvery) {
+		for _, id := range ClockPollTargets(voters, n.id, heard, time.Now(), ClockPollEvery) {
 			if addr := n.members.grpcAddrOf(id); addr != "" {
 				keys[probeKey{id, addr}] = true
 			}
@@ -132,9 +132,9 @@ func (cc *clusterClock) pollClocks(stop <-chan struct{}) {
 			if a.err != nil || a.st.ID != k.id || a.st.ClusterID != own {
 				continue
 			}
-			cc.n.versions.protocols.prove(k.id, a.st.Protocols.orLegacy())
+			cc.n.versions.protocols.Prove(k.id, a.st.Protocols.OrLegacy())
 			if s, ok := statusClock(k.id, own, a.st, n.clock.Now(), time.Now()); ok {
-				cc.clocks.observe(k.id, s)
+				cc.clocks.Observe(k.id, s)
 			}
 		}
 	}

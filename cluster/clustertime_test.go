@@ -34,7 +34,7 @@ func TestClusterTimeIsTheQuorumthLatestClock(t *testing.T) {
 		for _, o := range c.others {
 			others = append(others, at(o))
 		}
-		got, known := clusterTime(at(c.own), others, c.quorum)
+		got, known := ClusterTime(at(c.own), others, c.quorum)
 		if !got.Equal(at(c.want)) || known != c.known {
 			t.Errorf("case %d: clusterTime = %v, %v; want %v, %v", i, got.Sub(base), known, c.want, c.known)
 		}
@@ -48,7 +48,7 @@ func aheadWatch(tc *testCluster) func() error {
 		for _, s := range tc.liveSpecs() {
 			n := s.node
 			var err error
-			n.fsm.view(func(st *state) {
+			n.fsm.view(func(st *State) {
 				if st.Layout == nil {
 					return
 				}
@@ -86,8 +86,8 @@ func drawAll(t *testing.T, tc *testCluster) {
 		for _, id := range ids {
 			p, _ := l.Decompose(id)
 			if ahead := l.Time(p.Timestamp).Sub(time.Now()); ahead > n.cfg.MaxAhead+l.Unit {
-				var hw []slotState
-				n.fsm.view(func(st *state) { hw = append(hw, st.Slots...) })
+				var hw []SlotState
+				n.fsm.view(func(st *State) { hw = append(hw, st.Slots...) })
 				t.Fatalf("%s issued ID %d stamped %v ahead of real time (status %+v, slots %+v, now %d)", n.Name(), id, ahead.Round(time.Second), n.Status(), hw, l.Units(time.Now()))
 			}
 		}
@@ -230,24 +230,24 @@ func TestReserveOfANonHolderReportsNoClock(t *testing.T) {
 	var leader *Node
 	harness.WaitFor(t, 10*time.Second, "a leader", func() bool { leader = tc.node(leaderOf(tc, "a", "b", "c")); return leader != nil })
 	ids := map[string]bool{}
-	for _, id := range leader.clusterClock.clocks.ids() {
+	for _, id := range leader.clusterClock.clocks.Ids() {
 		ids[id] = true
 	}
 	for i := range 100 {
 		p := &pseudoNode{id: fmt.Sprintf("%032x", i+1), tc: tc, clock: ahead}
-		if _, err := p.deliver(p.command(command{Type: cmdReserve, NodeID: p.id, Slot: i % 3, Tenure: uint64(i + 1), UpTo: 1})); !errors.Is(err, ErrNotOwner) && !errors.Is(err, ErrClockSkew) {
+		if _, err := p.deliver(p.command(Command{Type: CmdReserve, NodeID: p.id, Slot: i % 3, Tenure: uint64(i + 1), UpTo: 1})); !errors.Is(err, ErrNotOwner) && !errors.Is(err, ErrClockSkew) {
 			t.Fatalf("a reserve of made-up node %s: %v, want it refused", p.id, err)
 		}
 	}
 	real := &pseudoNode{id: tc.node("b").id, tc: tc, clock: ahead}
-	if _, err := real.deliver(real.command(command{Type: cmdReserve, NodeID: real.id, Slot: 0, Tenure: 1 << 40, UpTo: 1})); !errors.Is(err, ErrNotOwner) && !errors.Is(err, ErrClockSkew) {
+	if _, err := real.deliver(real.command(Command{Type: CmdReserve, NodeID: real.id, Slot: 0, Tenure: 1 << 40, UpTo: 1})); !errors.Is(err, ErrNotOwner) && !errors.Is(err, ErrClockSkew) {
 		t.Fatalf("a reserve of b under a wrong tenure: %v, want it refused", err)
 	}
-	for _, id := range leader.clusterClock.clocks.ids() {
+	for _, id := range leader.clusterClock.clocks.Ids() {
 		if !ids[id] && id != tc.node("b").id && id != tc.node("c").id && id != tc.node("a").id {
 			t.Errorf("the leader keeps a clock sample of %s, which holds no slot", id)
 		}
-		if est := leader.clusterClock.clocks.byID([]string{id}, time.Now(), time.Minute); len(est) == 1 && time.Until(est[0]) > 30*time.Minute {
+		if est := leader.clusterClock.clocks.ByID([]string{id}, time.Now(), time.Minute); len(est) == 1 && time.Until(est[0]) > 30*time.Minute {
 			t.Errorf("the leader keeps %s's clock as an hour ahead, from a refused reserve", id)
 		}
 	}

@@ -7,45 +7,45 @@ import (
 	"github.com/idgen/idgen/generator"
 )
 
-// commandType is the first byte of every Raft log entry this package writes.
-type commandType byte
+// CommandType is the first byte of every Raft log entry this package writes.
+type CommandType byte
 
 const (
-	cmdInit    commandType = 1
-	cmdClaim   commandType = 2
-	cmdReserve commandType = 3
-	cmdRelease commandType = 4
-	cmdRemove  commandType = 5
-	// cmdFence raises a slot's highWater above a window another cluster
+	CmdInit    CommandType = 1
+	CmdClaim   CommandType = 2
+	CmdReserve CommandType = 3
+	CmdRelease CommandType = 4
+	CmdRemove  CommandType = 5
+	// CmdFence raises a slot's highWater above a window another cluster
 	// granted there, ending the slot's current tenure if it is held. Only the
 	// leader writes it (fenceForeign); it is never forwarded.
-	cmdFence commandType = 6
+	CmdFence CommandType = 6
 )
 
-func (t commandType) String() string {
+func (t CommandType) String() string {
 	switch t {
-	case cmdInit:
+	case CmdInit:
 		return "init"
-	case cmdClaim:
+	case CmdClaim:
 		return "claim"
-	case cmdReserve:
+	case CmdReserve:
 		return "reserve"
-	case cmdRelease:
+	case CmdRelease:
 		return "release"
-	case cmdRemove:
+	case CmdRemove:
 		return "remove"
-	case cmdFence:
+	case CmdFence:
 		return "fence"
 	}
 	return fmt.Sprintf("unknown(%d)", byte(t))
 }
 
-// known reports whether this version of idgen can apply entries of type t.
+// Known reports whether this version of idgen can apply entries of type t.
 // Keep it in step with String and state.apply (TestKnownCommandTypes checks
 // it against String): Apply stops the node on an entry of any other type.
-func (t commandType) known() bool {
+func (t CommandType) Known() bool {
 	switch t {
-	case cmdInit, cmdClaim, cmdReserve, cmdRelease, cmdRemove, cmdFence:
+	case CmdInit, CmdClaim, CmdReserve, CmdRelease, CmdRemove, CmdFence:
 		return true
 	}
 	return false
@@ -63,10 +63,10 @@ type NodeInfo struct {
 	Datacenter int `json:"datacenter"`
 }
 
-// command is the body of a log entry. Only the fields of its type are set.
+// Command is the body of a log entry. Only the fields of its type are set.
 // Every value Apply needs is inside the entry, so Apply never reads a clock.
-type command struct {
-	Type commandType `json:"-"`
+type Command struct {
+	Type CommandType `json:"-"`
 
 	Layout *generator.Layout `json:"layout,omitempty"` // Init, Claim
 	Node   *NodeInfo         `json:"node,omitempty"`   // Claim
@@ -99,9 +99,9 @@ type command struct {
 	Protocol int `json:"pv,omitempty"`
 }
 
-// result is what Apply returns for a command, and what a forwarded command
+// Result is what Apply returns for a command, and what a forwarded command
 // returns to the follower that sent it.
-type result struct {
+type Result struct {
 	Slot    int   `json:"slot"`
 	Floor   int64 `json:"floor"`
 	Granted int64 `json:"granted"`
@@ -123,7 +123,7 @@ type result struct {
 	Protocol int `json:"pv,omitempty"`
 }
 
-func encodeCommand(c command) ([]byte, error) {
+func EncodeCommand(c Command) ([]byte, error) {
 	body, err := json.Marshal(c)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s command: %w", c.Type, err)
@@ -131,30 +131,30 @@ func encodeCommand(c command) ([]byte, error) {
 	return append([]byte{byte(c.Type)}, body...), nil
 }
 
-func decodeCommand(data []byte) (command, error) {
+func DecodeCommand(data []byte) (Command, error) {
 	if len(data) == 0 {
-		return command{}, fmt.Errorf("decode command: empty entry")
+		return Command{}, fmt.Errorf("decode command: empty entry")
 	}
-	var c command
+	var c Command
 	if err := json.Unmarshal(data[1:], &c); err != nil {
-		return command{}, fmt.Errorf("decode %s command: %w", commandType(data[0]), err)
+		return Command{}, fmt.Errorf("decode %s command: %w", CommandType(data[0]), err)
 	}
-	c.Type = commandType(data[0])
+	c.Type = CommandType(data[0])
 	return c, nil
 }
 
-func encodeResult(r result) ([]byte, error) { return json.Marshal(r) }
+func EncodeResult(r Result) ([]byte, error) { return json.Marshal(r) }
 
-func decodeResult(data []byte) (result, error) {
-	var r result
+func DecodeResult(data []byte) (Result, error) {
+	var r Result
 	if err := json.Unmarshal(data, &r); err != nil {
-		return result{}, fmt.Errorf("decode result: %w", err)
+		return Result{}, fmt.Errorf("decode result: %w", err)
 	}
 	return r, nil
 }
 
-// nodeID is the node a command speaks for.
-func (c command) nodeID() string {
+// SpeaksFor is the node a command speaks for.
+func (c Command) SpeaksFor() string {
 	if c.Node != nil {
 		return c.Node.ID
 	}
@@ -168,17 +168,17 @@ const (
 	maxIDLen   = 64
 	maxNameLen = 64
 	maxAddrLen = 255
-	// maxSlots bounds the slots an Init may create (1<<(datacenter+machine
+	// MaxSlots bounds the slots an Init may create (1<<(datacenter+machine
 	// bits)): a valid layout may ask for 2^61, which no replica can allocate.
-	maxSlots = 1 << 16
+	MaxSlots = 1 << 16
 )
 
-// validate checks the shape of a command: the fields its type needs, and
+// Validate checks the shape of a command: the fields its type needs, and
 // their sizes. It does not look at the state; state.admit adds the checks
 // against the cluster's layout.
-func (c command) validate() error {
+func (c Command) Validate() error {
 	switch c.Type {
-	case cmdInit:
+	case CmdInit:
 		if c.Layout == nil {
 			return fmt.Errorf("%w: init without layout", ErrBadCommand)
 		}
@@ -188,35 +188,35 @@ func (c command) validate() error {
 		if c.ClusterID == "" || len(c.ClusterID) > maxIDLen {
 			return fmt.Errorf("%w: init needs a cluster ID of 1..%d bytes (a log written by an idgen without cluster identity? start a new cluster with fresh data dirs)", ErrBadCommand, maxIDLen)
 		}
-		if n := c.Layout.Slots(); n > maxSlots {
-			return fmt.Errorf("%w: init layout %s has %d slots (at most %d)", ErrBadCommand, c.Layout, n, maxSlots)
+		if n := c.Layout.Slots(); n > MaxSlots {
+			return fmt.Errorf("%w: init layout %s has %d slots (at most %d)", ErrBadCommand, c.Layout, n, MaxSlots)
 		}
 		if c.Start < 0 || c.Start > c.Layout.MaxTimestamp() {
 			return fmt.Errorf("%w: init start %d not in 0..%d (the layout's last timestamp)", ErrBadCommand, c.Start, c.Layout.MaxTimestamp())
 		}
 		return nil
-	case cmdClaim:
+	case CmdClaim:
 		if c.Node == nil {
 			return fmt.Errorf("%w: claim without node", ErrBadCommand)
 		}
 		return c.Node.validate()
-	case cmdReserve, cmdRelease:
+	case CmdReserve, CmdRelease:
 		if err := validID("node ID", c.NodeID); err != nil {
 			return err
 		}
 		if c.Tenure == 0 {
 			return fmt.Errorf("%w: %s for node %s names no tenure", ErrBadCommand, c.Type, c.NodeID)
 		}
-		if c.Type == cmdReserve && c.Slot < 0 {
+		if c.Type == CmdReserve && c.Slot < 0 {
 			return fmt.Errorf("%w: reserve of slot %d", ErrBadCommand, c.Slot)
 		}
-		if c.Type == cmdReserve && c.UpTo < 0 {
+		if c.Type == CmdReserve && c.UpTo < 0 {
 			return fmt.Errorf("%w: reserve up to %d, a negative timestamp", ErrBadCommand, c.UpTo)
 		}
 		return nil
-	case cmdRemove:
+	case CmdRemove:
 		return validID("node ID", c.NodeID)
-	case cmdFence:
+	case CmdFence:
 		if c.Slot < 0 || c.UpTo < 0 {
 			return fmt.Errorf("%w: fence of slot %d up to %d", ErrBadCommand, c.Slot, c.UpTo)
 		}
@@ -225,8 +225,8 @@ func (c command) validate() error {
 	return fmt.Errorf("%w: unknown command type %d", ErrBadCommand, byte(c.Type))
 }
 
-// addrs are the addresses the node advertises.
-func (n NodeInfo) addrs() []string { return []string{n.RaftAddr, n.GossipAddr, n.GRPCAddr, n.HTTPAddr} }
+// Addrs are the addresses the node advertises.
+func (n NodeInfo) Addrs() []string { return []string{n.RaftAddr, n.GossipAddr, n.GRPCAddr, n.HTTPAddr} }
 
 func (n NodeInfo) validate() error {
 	if err := validID("node ID", n.ID); err != nil {
@@ -235,7 +235,7 @@ func (n NodeInfo) validate() error {
 	if len(n.Name) > maxNameLen {
 		return fmt.Errorf("%w: node name of %d bytes (at most %d)", ErrBadCommand, len(n.Name), maxNameLen)
 	}
-	for _, a := range n.addrs() {
+	for _, a := range n.Addrs() {
 		if len(a) > maxAddrLen {
 			return fmt.Errorf("%w: node address of %d bytes (at most %d)", ErrBadCommand, len(a), maxAddrLen)
 		}

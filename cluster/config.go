@@ -92,7 +92,7 @@ type Config struct {
 
 	// applyFault, set only by this package's tests, fails a proposal before
 	// it reaches Raft (a slow disk, a commit timeout).
-	applyFault func(command) error
+	applyFault func(Command) error
 	// protocols, set only by this package's tests, replaces the protocol
 	// versions this build speaks (a node of another release).
 	protocols ProtocolRange
@@ -170,10 +170,10 @@ func (c *Config) applyDefaults() {
 		c.GossipAdvertise = c.GossipAddr
 	}
 	if c.protocols == (ProtocolRange{}) {
-		c.protocols = ownProtocols
+		c.protocols = OwnProtocols
 	}
 	if c.clockTTL == 0 {
-		c.clockTTL = clockSampleTTL
+		c.clockTTL = ClockSampleTTL
 	}
 }
 
@@ -191,7 +191,7 @@ func (c *Config) Validate() error {
 	}
 	// Without a layout the cluster's decides how many datacenters there
 	// are; the claim checks the preference against it.
-	dcs := maxSlots
+	dcs := MaxSlots
 	if c.Layout != (generator.Layout{}) {
 		dcs = 1 << l.DatacenterBits
 	}

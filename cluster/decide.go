@@ -18,8 +18,8 @@ import (
 // one step function, driven by its shell. The node's agent loop (agent.go)
 // and the simulator call it alike and only carry out what it returns:
 // claims and reserves sent to the leader, generators started, granted more
-// room and revoked. slotAgent is what the rule remembers between steps.
-type slotAgent struct {
+// room and revoked. SlotAgent is what the rule remembers between steps.
+type SlotAgent struct {
 	// tenure is the running generator's tenure, or the claim's awaited
 	// (answered, not yet applied here: awaitUntil is set); 0 for none.
 	tenure     uint64
@@ -36,12 +36,12 @@ type slotAgent struct {
 	skewed   bool
 }
 
-// agentEvent is what wakes the agent: a look (its loop's tick, an entry or
+// AgentEvent is what wakes the agent: a look (its loop's tick, an entry or
 // snapshot applied here, a generator waiting for room), an entry applied
 // (the replica's own step, which follows the log but sends nothing: the
 // loop looks next), an answer to its claim or reserve, or a start that
 // failed.
-type agentEvent struct {
+type AgentEvent struct {
 	Kind agentEventKind
 	// Tenure: a claim's answer names the claim's tenure; a reserve's answer
 	// the tenure the reserve was sent for. UpTo is what the reserve asked,
@@ -54,16 +54,16 @@ type agentEvent struct {
 type agentEventKind int
 
 const (
-	agentLook agentEventKind = iota
-	agentApplied
-	agentClaimAnswered
-	agentReserveAnswered
-	agentStartFailed
+	AgentLook agentEventKind = iota
+	AgentApplied
+	AgentClaimAnswered
+	AgentReserveAnswered
+	AgentStartFailed
 )
 
-// agentIn is what the rule reads at a step: the node and its replica as the
+// AgentIn is what the rule reads at a step: the node and its replica as the
 // shell sees them now.
-type agentIn struct {
+type AgentIn struct {
 	Now time.Time
 	// Leaving: the node is on its way out (Leave); the agent does nothing.
 	// NeverClaim: the node is configured never to claim. Conflict: it met an
@@ -92,9 +92,9 @@ type agentIn struct {
 	Lead int64
 }
 
-// agentOut is what the agent does: at most one of Claim, Start and Revoke;
+// AgentOut is what the agent does: at most one of Claim, Start and Revoke;
 // Grant and Reserve go with a running generator.
-type agentOut struct {
+type AgentOut struct {
 	// Claim: ask the leader for a slot.
 	Claim bool
 	// Start a generator for Tenure on Slot above Floor, granted up to
@@ -115,30 +115,30 @@ type agentOut struct {
 }
 
 // Tenure is the tenure whose hold the next step's input describes.
-func (a *slotAgent) Tenure() uint64 { return a.tenure }
+func (a *SlotAgent) Tenure() uint64 { return a.tenure }
 
 // NotOwned is how many reserves in a row were answered "not owner".
-func (a *slotAgent) NotOwned() int { return a.notOwned }
+func (a *SlotAgent) NotOwned() int { return a.notOwned }
 
-// step is the agent's rule for one event.
-func (a *slotAgent) step(ev agentEvent, in agentIn) agentOut {
+// Step is the agent's rule for one event.
+func (a *SlotAgent) Step(ev AgentEvent, in AgentIn) AgentOut {
 	switch ev.Kind {
-	case agentClaimAnswered:
+	case AgentClaimAnswered:
 		switch {
 		case ev.Err != nil:
 			a.nextClaim = in.Now.Add(claimRetryAfter(ev.Err))
 		case ev.Tenure == 0:
 			// Never a claim: a zero tenure would start a generator on slot 0
 			// from floor 0. (Every Claim answer names its tenure.)
-			a.nextClaim = in.Now.Add(claimRetry)
-			return agentOut{GaveUp: fmt.Errorf("%w: the leader's answer to the claim names no tenure", errTenureNotHeld)}
+			a.nextClaim = in.Now.Add(ClaimRetry)
+			return AgentOut{GaveUp: fmt.Errorf("%w: the leader's answer to the claim names no tenure", ErrTenureNotHeld)}
 		case !in.Running:
-			a.tenure, a.awaitUntil = ev.Tenure, in.Now.Add(applyTimeout)
+			a.tenure, a.awaitUntil = ev.Tenure, in.Now.Add(ApplyTimeout)
 		}
-		return agentOut{}
-	case agentReserveAnswered:
+		return AgentOut{}
+	case AgentReserveAnswered:
 		if ev.Tenure != a.tenure || !in.Running {
-			return agentOut{}
+			return AgentOut{}
 		}
 		switch {
 		case ev.Err == nil:
@@ -156,33 +156,33 @@ func (a *slotAgent) step(ev agentEvent, in agentIn) agentOut {
 		// And whatever the answer, it is worth no grant (neither UpTo nor
 		// its Granted): the room is taken from the replica once it has
 		// applied the grant, by the look that follows.
-		return agentOut{}
-	case agentStartFailed:
+		return AgentOut{}
+	case AgentStartFailed:
 		a.tenure, a.awaitUntil, a.fresh = 0, time.Time{}, false
-		a.nextClaim = in.Now.Add(claimRetry)
-		return agentOut{}
+		a.nextClaim = in.Now.Add(ClaimRetry)
+		return AgentOut{}
 	}
 	switch {
 	case in.Leaving:
-		return agentOut{}
+		return AgentOut{}
 	case in.Conflict:
 		if in.Running {
 			a.tenure = 0
-			return agentOut{Revoke: ErrClusterConflict}
+			return AgentOut{Revoke: ErrClusterConflict}
 		}
-		return agentOut{}
+		return AgentOut{}
 	case !in.Running && !a.awaitUntil.IsZero():
 		return a.await(in)
 	case !in.Running:
 		// Nothing held (a generator stopped outside the rule is forgotten).
 		a.tenure, a.fresh = 0, false
-		if ev.Kind == agentApplied || in.NeverClaim || in.Now.Before(a.nextClaim) {
-			return agentOut{}
+		if ev.Kind == AgentApplied || in.NeverClaim || in.Now.Before(a.nextClaim) {
+			return AgentOut{}
 		}
-		a.nextClaim = in.Now.Add(agentTick)
-		return agentOut{Claim: true}
+		a.nextClaim = in.Now.Add(AgentTick)
+		return AgentOut{Claim: true}
 	}
-	var out agentOut
+	var out AgentOut
 	granted := in.Granted
 	switch {
 	case in.Held && in.Own.Slot == in.Slot:
@@ -195,14 +195,14 @@ func (a *slotAgent) step(ev agentEvent, in agentIn) agentOut {
 		err := fmt.Errorf("%w: slot %d is now held by %q under tenure %d, not tenure %d",
 			ErrNotOwner, in.Slot, in.SlotOwner, in.SlotTenure, a.tenure)
 		a.tenure, a.fresh = 0, false
-		return agentOut{Revoke: err}
+		return AgentOut{Revoke: err}
 	}
 	// (A replica older than the claim says nothing yet: keep running.)
-	if ev.Kind == agentApplied {
+	if ev.Kind == AgentApplied {
 		return out
 	}
 	since := in.Now.Sub(a.lastReserve)
-	if a.fresh || (roomLow(granted, in.Head, in.Lead) && since >= a.reserveGap()) || (a.skewed && since >= claimRetry) {
+	if a.fresh || (roomLow(granted, in.Head, in.Lead) && since >= a.reserveGap()) || (a.skewed && since >= ClaimRetry) {
 		a.fresh, a.lastReserve = false, in.Now
 		out.Reserve, out.UpTo = true, reserveUpTo(in.Head, in.Lead)
 	}
@@ -210,32 +210,32 @@ func (a *slotAgent) step(ev agentEvent, in agentIn) agentOut {
 }
 
 // await is a step while an answered claim is awaited in the replica.
-func (a *slotAgent) await(in agentIn) agentOut {
+func (a *SlotAgent) await(in AgentIn) AgentOut {
 	var why error
 	switch {
 	case in.Held:
 		a.awaitUntil, a.fresh, a.notOwned, a.skewed = time.Time{}, true, 0, false
-		return agentOut{Start: true, Tenure: a.tenure, Slot: in.Own.Slot, Floor: in.Own.Floor, Granted: in.Own.Granted}
+		return AgentOut{Start: true, Tenure: a.tenure, Slot: in.Own.Slot, Floor: in.Own.Floor, Granted: in.Own.Granted}
 	case in.Applied:
-		why = fmt.Errorf("%w (tenure %d)", errTenureNotHeld, a.tenure)
+		why = fmt.Errorf("%w (tenure %d)", ErrTenureNotHeld, a.tenure)
 	case in.Now.After(a.awaitUntil):
-		why = fmt.Errorf("%w: the claim of tenure %d was not applied here within %v", errTenureNotHeld, a.tenure, applyTimeout)
+		why = fmt.Errorf("%w: the claim of tenure %d was not applied here within %v", ErrTenureNotHeld, a.tenure, ApplyTimeout)
 	default:
-		return agentOut{}
+		return AgentOut{}
 	}
 	a.tenure, a.awaitUntil = 0, time.Time{}
-	a.nextClaim = in.Now.Add(claimRetry)
-	return agentOut{GaveUp: why}
+	a.nextClaim = in.Now.Add(ClaimRetry)
+	return AgentOut{GaveUp: why}
 }
 
 // reserveGap is the least time between two reserves: minReserveGap,
 // doubled for each "not owner" in a row, up to maxReserveBackoff.
-func (a *slotAgent) reserveGap() time.Duration {
-	gap := minReserveGap
-	for i := 0; i < a.notOwned && gap < maxReserveBackoff; i++ {
+func (a *SlotAgent) reserveGap() time.Duration {
+	gap := MinReserveGap
+	for i := 0; i < a.notOwned && gap < MaxReserveBackoff; i++ {
 		gap *= 2
 	}
-	return min(gap, maxReserveBackoff)
+	return min(gap, MaxReserveBackoff)
 }
 
 // roomLow: less than half the lead is left between the issuing point and the
@@ -245,8 +245,8 @@ func roomLow(granted, head, lead int64) bool { return granted-head < (lead+1)/2 
 // reserveUpTo is the window a reserve asks for: the issuing point plus the lead.
 func reserveUpTo(head, lead int64) int64 { return head + lead }
 
-// leaderIn is what the leader's check of a command reads besides its state.
-type leaderIn struct {
+// LeaderIn is what the leader's check of a command reads besides its state.
+type LeaderIn struct {
 	// Now is this leader's clock; ClusterNow the cluster's time (clusterTime),
 	// Known whether a quorum of voters' clocks stands behind it.
 	Now        time.Time
@@ -257,55 +257,55 @@ type leaderIn struct {
 	MaxAhead, MaxSkew time.Duration
 }
 
-// leaderOut is the leader's decision on a command: propose Cmd (a Reserve
+// LeaderOut is the leader's decision on a command: propose Cmd (a Reserve
 // clamped), or answer Answer without proposing, or refuse with Err. Answer
 // carries the leader's and the cluster's time either way.
-type leaderOut struct {
+type LeaderOut struct {
 	Propose bool
-	Cmd     command
-	Answer  result
+	Cmd     Command
+	Answer  Result
 	// Handoff: this leader's clock is off the cluster's time; it hands off.
 	Handoff bool
 	Err     error
 }
 
-// leaderCheck is the leader-side guard in front of the log (DESIGN.md, "The
+// LeaderCheck is the leader-side guard in front of the log (DESIGN.md, "The
 // safety argument, in our words" and "One wrong clock cannot lend an hour"):
 // the layout checks Apply makes, membership for a Claim, the skew refusals,
 // and the clamp of a Reserve's UpTo to the cluster's time plus max-ahead. s
 // is the leader's state (past its Barrier); it is only read.
-func leaderCheck(s *state, c command, in leaderIn) leaderOut {
-	if err := s.admit(c); err != nil {
-		return leaderOut{Err: err}
+func LeaderCheck(s *State, c Command, in LeaderIn) LeaderOut {
+	if err := s.Admit(c); err != nil {
+		return LeaderOut{Err: err}
 	}
-	if c.Type == cmdClaim && !in.Member {
-		return leaderOut{Err: fmt.Errorf("%w: node %s is not a server in cluster %s's Raft configuration; the leader adds "+
+	if c.Type == CmdClaim && !in.Member {
+		return LeaderOut{Err: fmt.Errorf("%w: node %s is not a server in cluster %s's Raft configuration; the leader adds "+
 			"members it meets in gossip, and gives slots only to them", ErrNotMember, c.Node.ID, s.ClusterID)}
 	}
 	ct, known := in.ClusterNow, in.Known
-	answer := result{LeaderTime: in.Now.UnixNano(), ClusterID: s.ClusterID}
+	answer := Result{LeaderTime: in.Now.UnixNano(), ClusterID: s.ClusterID}
 	if known {
 		answer.ClusterTime = ct.UnixNano()
 	}
-	if c.Type == cmdClaim || c.Type == cmdReserve {
+	if c.Type == CmdClaim || c.Type == CmdReserve {
 		if off := in.Now.Sub(ct); known && (off > in.MaxSkew || off < -in.MaxSkew) {
-			return leaderOut{Handoff: true, Err: fmt.Errorf("%w by %v (the quorum-th latest of the voters' clocks, max skew %v); "+
+			return LeaderOut{Handoff: true, Err: fmt.Errorf("%w by %v (the quorum-th latest of the voters' clocks, max skew %v); "+
 				"it grants nothing and hands off leadership", ErrLeaderClockOff, off.Round(time.Millisecond), in.MaxSkew)}
 		}
 		// Until a quorum of voters' clocks is known there is nothing to judge
 		// the sender's clock by but this leader's own, which may be the wrong
 		// one: the check waits (and a Reserve grants nothing new, below).
 		if skew := time.Unix(0, c.SentAt).Sub(ct); known && (skew > in.MaxSkew || skew < -in.MaxSkew) {
-			return leaderOut{Err: fmt.Errorf("%w: the node's clock is %v off the cluster's time (max %v); fix its time source",
+			return LeaderOut{Err: fmt.Errorf("%w: the node's clock is %v off the cluster's time (max %v); fix its time source",
 				ErrClockSkew, skew.Round(time.Millisecond), in.MaxSkew)}
 		}
 	}
-	if c.Type == cmdReserve {
-		if !s.holds(c.NodeID, c.Slot, c.Tenure) {
-			return leaderOut{Err: fmt.Errorf("%w: node %s does not hold slot %d under tenure %d", ErrNotOwner, c.NodeID, c.Slot, c.Tenure)}
+	if c.Type == CmdReserve {
+		if !s.Holds(c.NodeID, c.Slot, c.Tenure) {
+			return LeaderOut{Err: fmt.Errorf("%w: node %s does not hold slot %d under tenure %d", ErrNotOwner, c.NodeID, c.Slot, c.Tenure)}
 		}
 		highWater := s.Slots[c.Slot].HighWater
-		limit := s.Layout.Units(ct) + unitsCeil(in.MaxAhead, s.Layout.Unit)
+		limit := s.Layout.Units(ct) + UnitsCeil(in.MaxAhead, s.Layout.Unit)
 		if !known {
 			// Fewer than a quorum of voters' clocks are known (a new leader's
 			// first seconds): no grant rests on this leader's clock alone. The
@@ -317,10 +317,10 @@ func leaderCheck(s *state, c command, in leaderIn) leaderOut {
 			// Nothing new to grant yet; highWater was granted to this tenure
 			// already (a new tenure starts at it), so repeating it is safe.
 			answer.Slot, answer.Granted, answer.Tenure = c.Slot, highWater, c.Tenure
-			return leaderOut{Answer: answer}
+			return LeaderOut{Answer: answer}
 		}
 	}
-	return leaderOut{Propose: true, Cmd: c, Answer: answer}
+	return LeaderOut{Propose: true, Cmd: c, Answer: answer}
 }
 
 // The shell's decisions (apply.go): how a command travels from a node to its
@@ -332,13 +332,13 @@ func leaderCheck(s *state, c command, in leaderIn) leaderOut {
 type route int
 
 const (
-	routeRefuse  route = iota // not at all: the error says why
-	routeLocal                // this node leads: handle it here
+	RouteRefuse  route = iota // not at all: the error says why
+	RouteLocal                // this node leads: handle it here
 	routeForward              // forward it to the leader's gRPC address
 )
 
-// proposeIn is what propose reads to route a command.
-type proposeIn struct {
+// ProposeIn is what propose reads to route a command.
+type ProposeIn struct {
 	// Conflict: this node met an older cluster (Node.Conflict).
 	Conflict error
 	// Own is this node's cluster ("" until its replica has applied Init).
@@ -352,39 +352,39 @@ type proposeIn struct {
 	CanForward bool
 }
 
-// errNoInitYet: a node that knows no cluster yet has nothing to send a
+// ErrNoInitYet: a node that knows no cluster yet has nothing to send a
 // leader (it could not check the answer).
-var errNoInitYet = fmt.Errorf("%w yet: this node has not applied its cluster's first log entry (it is new, or still catching up with the leader's log)", ErrNotReady)
+var ErrNoInitYet = fmt.Errorf("%w yet: this node has not applied its cluster's first log entry (it is new, or still catching up with the leader's log)", ErrNotReady)
 
-// proposeRoute decides where a command goes: refused when the node is in
+// ProposeRoute decides where a command goes: refused when the node is in
 // conflict, handled here when it leads, else forwarded to the leader it
 // knows, if it knows one, has its address, and its own replica names the
 // cluster (nothing it could do with an answer before that).
-func proposeRoute(in proposeIn) (route, error) {
+func ProposeRoute(in ProposeIn) (route, error) {
 	switch {
 	case in.Conflict != nil:
-		return routeRefuse, in.Conflict
+		return RouteRefuse, in.Conflict
 	case in.Leader:
-		return routeLocal, nil
+		return RouteLocal, nil
 	case in.Own == "":
-		return routeRefuse, errNoInitYet
+		return RouteRefuse, ErrNoInitYet
 	case in.LeaderID == "":
-		return routeRefuse, ErrNoLeader
+		return RouteRefuse, ErrNoLeader
 	case in.LeaderAddr == "":
-		return routeRefuse, fmt.Errorf("%w: leader %s has no known gRPC address yet", ErrNoLeader, in.LeaderID)
+		return RouteRefuse, fmt.Errorf("%w: leader %s has no known gRPC address yet", ErrNoLeader, in.LeaderID)
 	case !in.CanForward:
-		return routeRefuse, fmt.Errorf("%w: no forwarder configured", ErrNotLeader)
+		return RouteRefuse, fmt.Errorf("%w: no forwarder configured", ErrNotLeader)
 	}
 	return routeForward, nil
 }
 
-// acceptAnswer is the follower's check of the answer to a forward it sent
+// AcceptAnswer is the follower's check of the answer to a forward it sent
 // to addr: an answer of another cluster is ignored. (An accepted answer is
 // still only a hint: a node mints only from its own log.)
 //
 // An answer written in a protocol version this node does not speak is
 // ignored too (speaks is this node's range; protocol.go).
-func acceptAnswer(own, addr string, r result, speaks ProtocolRange) error {
+func AcceptAnswer(own, addr string, r Result, speaks ProtocolRange) error {
 	if r.ClusterID != own {
 		return fmt.Errorf("%w: the leader at %s answered for cluster %q, this node belongs to %q; answer ignored",
 			ErrWrongCluster, addr, r.ClusterID, own)
@@ -392,8 +392,8 @@ func acceptAnswer(own, addr string, r result, speaks ProtocolRange) error {
 	return checkMessageVersion("the answer", "the leader at "+addr, r.Protocol, speaks)
 }
 
-// forwardIn is what the leader's checks of a forwarded command read.
-type forwardIn struct {
+// ForwardIn is what the leader's checks of a forwarded command read.
+type ForwardIn struct {
 	// Leader: Raft says this node leads.
 	Leader bool
 	// Conflict: this node met an older cluster.
@@ -404,11 +404,11 @@ type forwardIn struct {
 	Speaks ProtocolRange
 }
 
-// forwardCheck is ApplyForwarded's identity checks, in its order: only a
+// ForwardCheck is ApplyForwarded's identity checks, in its order: only a
 // leader, not in conflict, takes a command written in a protocol version it
 // speaks, well-formed (decodeErr is the error decoding it, if any), that
 // names the leader's own cluster.
-func forwardCheck(in forwardIn, c command, decodeErr error) error {
+func ForwardCheck(in ForwardIn, c Command, decodeErr error) error {
 	if !in.Leader {
 		return ErrNotLeader
 	}
@@ -418,10 +418,10 @@ func forwardCheck(in forwardIn, c command, decodeErr error) error {
 	if decodeErr != nil {
 		return fmt.Errorf("%w: %v", ErrBadCommand, decodeErr)
 	}
-	if err := checkMessageVersion(fmt.Sprintf("the %s command", c.Type), "node "+c.nodeID(), c.Protocol, in.Speaks); err != nil {
+	if err := checkMessageVersion(fmt.Sprintf("the %s command", c.Type), "node "+c.SpeaksFor(), c.Protocol, in.Speaks); err != nil {
 		return err
 	}
-	if err := c.validate(); err != nil {
+	if err := c.Validate(); err != nil {
 		return err
 	}
 	if c.ClusterID != in.Own {
@@ -429,101 +429,101 @@ func forwardCheck(in forwardIn, c command, decodeErr error) error {
 			"The sender is a member of another cluster now reaching this address (was this node's data dir wiped "+
 			"while the sender's cluster still lists its old identity here?); nothing was applied. Remove the stale "+
 			"member from the sender's cluster (idctl remove) or give this node its own addresses",
-			ErrWrongCluster, in.Own, c.Type, c.nodeID(), c.ClusterID)
+			ErrWrongCluster, in.Own, c.Type, c.SpeaksFor(), c.ClusterID)
 	}
 	return nil
 }
 
-// handling is what the leader does with a command that passed handleCheck.
-type handling int
+// Handling is what the leader does with a command that passed handleCheck.
+type Handling int
 
 const (
-	handleApply  handling = iota // Claim, Reserve, Release: leaderCheck, then the log
-	handleRemove                 // Remove: leaderRemove
+	HandleApply  Handling = iota // Claim, Reserve, Release: leaderCheck, then the log
+	HandleRemove                 // Remove: leaderRemove
 )
 
-// handleCheck is handle's gate: a well-formed command, a leader past its
+// HandleCheck is handle's gate: a well-formed command, a leader past its
 // Barrier (before it, its state may lack entries an earlier leader
 // committed, and a "not owner" from it would revoke a valid generator), the
 // checks Apply makes against the layout, and a type that may be forwarded.
 // s is the leader's state; it is only read.
-func handleCheck(s *state, c command, ready bool) (handling, error) {
-	if err := c.validate(); err != nil {
+func HandleCheck(s *State, c Command, ready bool) (Handling, error) {
+	if err := c.Validate(); err != nil {
 		return 0, err
 	}
 	if !ready {
 		return 0, ErrLeaderNotReady
 	}
-	if err := s.admit(c); err != nil {
+	if err := s.Admit(c); err != nil {
 		return 0, err
 	}
 	switch c.Type {
-	case cmdClaim, cmdReserve, cmdRelease:
-		return handleApply, nil
-	case cmdRemove:
-		return handleRemove, nil
+	case CmdClaim, CmdReserve, CmdRelease:
+		return HandleApply, nil
+	case CmdRemove:
+		return HandleRemove, nil
 	}
 	return 0, fmt.Errorf("%w: command %s cannot be forwarded", ErrBadCommand, c.Type)
 }
 
-// reportsClock: the leader counts a command's clock (SentAt) in the
+// ReportsClock: the leader counts a command's clock (SentAt) in the
 // cluster's time only from a Claim of a member of its Raft configuration, or
 // from a Reserve of a member that s (the leader's state) shows holding the
 // slot under the tenure it names. What a command that names any other node
 // says of a clock is not believed: its checks refuse it, and the clock book
 // stays bounded by the members (cluster/DESIGN.md, "The leader believes
 // nothing of a sender before checking it").
-func reportsClock(s *state, c command, member bool) bool {
+func ReportsClock(s *State, c Command, member bool) bool {
 	switch c.Type {
-	case cmdClaim:
+	case CmdClaim:
 		return member
-	case cmdReserve:
-		return member && s.holds(c.NodeID, c.Slot, c.Tenure)
+	case CmdReserve:
+		return member && s.Holds(c.NodeID, c.Slot, c.Tenure)
 	}
 	return false
 }
 
-// appliedResult is the leader's reading of what Apply returned for its
+// AppliedResult is the leader's reading of what Apply returned for its
 // entry of type t at index: an error is the command's refusal.
-func appliedResult(t commandType, index uint64, resp interface{}) (result, error) {
+func AppliedResult(t CommandType, index uint64, resp interface{}) (Result, error) {
 	switch resp := resp.(type) {
 	case error:
-		return result{}, resp
-	case result:
+		return Result{}, resp
+	case Result:
 		resp.Index = index
 		return resp, nil
 	}
-	return result{}, fmt.Errorf("raft apply %s: unexpected response %T", t, resp)
+	return Result{}, fmt.Errorf("raft apply %s: unexpected response %T", t, resp)
 }
 
-// leaderAnswer is the answer to a command the leader proposed: the applied
+// LeaderAnswer is the answer to a command the leader proposed: the applied
 // entry's result, with the leader's and the cluster's time and the cluster
 // ID of the decision (d.Answer).
-func leaderAnswer(d leaderOut, applied result) result {
+func LeaderAnswer(d LeaderOut, applied Result) Result {
 	applied.LeaderTime, applied.ClusterTime, applied.ClusterID = d.Answer.LeaderTime, d.Answer.ClusterTime, d.Answer.ClusterID
 	return applied
 }
 
-// initCommand is the Init entry a new cluster's first leader writes
+// InitCommand is the Init entry a new cluster's first leader writes
 // (establish): the cluster's identity id and layout, its creation time (now:
 // the founding voters' time, not this leader's clock), and every slot's
 // first highWater at now plus max-ahead, above anything an earlier life of
 // any node could have stamped (it could borrow at most max-ahead past its
 // own cluster's time).
-func initCommand(l generator.Layout, id string, now time.Time, maxAhead time.Duration) command {
-	return command{
-		Type: cmdInit, Layout: &l, ClusterID: id, Created: now.UnixNano(),
-		Start: l.Units(now) + unitsCeil(maxAhead, l.Unit),
+func InitCommand(l generator.Layout, id string, now time.Time, maxAhead time.Duration) Command {
+	return Command{
+		Type: CmdInit, Layout: &l, ClusterID: id, Created: now.UnixNano(),
+		Start: l.Units(now) + UnitsCeil(maxAhead, l.Unit),
 	}
 }
 
-// establishNext is the leader loop's decision after an establish attempt
+// EstablishNext is the leader loop's decision after an establish attempt
 // that ended with err and was made prev after the one before (0 for the
 // first): until Init is applied every Claim is refused, so a failed attempt
 // is retried for as long as this node leads, never left to a leadership
 // change that may not come, after establishBackoff, doubling to
 // maxEstablishBackoff.
-func establishNext(err error, prev time.Duration) (again bool, wait time.Duration) {
+func EstablishNext(err error, prev time.Duration) (again bool, wait time.Duration) {
 	if err == nil {
 		return false, 0
 	}
@@ -533,50 +533,50 @@ func establishNext(err error, prev time.Duration) (again bool, wait time.Duratio
 	return true, min(2*prev, maxEstablishBackoff)
 }
 
-// unitsCeil converts a duration into whole layout units, rounding up.
-func unitsCeil(d, unit time.Duration) int64 {
+// UnitsCeil converts a duration into whole layout units, rounding up.
+func UnitsCeil(d, unit time.Duration) int64 {
 	return int64((d + unit - 1) / unit)
 }
 
 // claimRetryAfter is the wait before the next claim after one that failed with err.
 func claimRetryAfter(err error) time.Duration {
-	if errors.Is(err, ErrNoLeader) || errors.Is(err, ErrNotLeader) || errors.Is(err, ErrLeaderNotReady) || errors.Is(err, errNoInitYet) ||
+	if errors.Is(err, ErrNoLeader) || errors.Is(err, ErrNotLeader) || errors.Is(err, ErrLeaderNotReady) || errors.Is(err, ErrNoInitYet) ||
 		errors.Is(err, ErrNotInitialized) {
-		return agentTick
+		return AgentTick
 	}
-	return claimRetry
+	return ClaimRetry
 }
 
 const (
-	// agentTick is how often the agent checks its room without a signal.
-	agentTick = 100 * time.Millisecond
-	// minReserveGap keeps reserve requests to a few per second per node, even
+	// AgentTick is how often the agent checks its room without a signal.
+	AgentTick = 100 * time.Millisecond
+	// MinReserveGap keeps reserve requests to a few per second per node, even
 	// under saturating load.
-	minReserveGap = 200 * time.Millisecond
-	// claimRetry is how often a standby or refused node tries to claim again
+	MinReserveGap = 200 * time.Millisecond
+	// ClaimRetry is how often a standby or refused node tries to claim again
 	// without a state change. A claim that found no leader (or one not ready
 	// yet, or a cluster not founded yet) failed without costing the leader
 	// anything and is retried every agentTick, so a node claims within a tick
 	// of its cluster's first leader and of its Init.
-	claimRetry = time.Second
-	// maxReserveBackoff caps the gap between reserves that a run of "not
+	ClaimRetry = time.Second
+	// MaxReserveBackoff caps the gap between reserves that a run of "not
 	// owner" answers doubles from minReserveGap: a false one (a deposed
 	// leader's) costs at most this of the room left.
-	maxReserveBackoff = 2 * time.Second
+	MaxReserveBackoff = 2 * time.Second
 )
 
-// errTenureNotHeld: the local log shows the claim's tenure is not (or no
+// ErrTenureNotHeld: the local log shows the claim's tenure is not (or no
 // longer) this node's current hold on a slot.
-var errTenureNotHeld = errors.New("the local log does not show this node holding the claimed tenure")
+var ErrTenureNotHeld = errors.New("the local log does not show this node holding the claimed tenure")
 
-// ownTenure reads this node's hold under tenure from its own replica: ok when
+// OwnTenure reads this node's hold under tenure from its own replica: ok when
 // the state has applied the claim and the tenure is still its slot's current
 // one; applied reports whether the state has reached the claim's index at all.
-func ownTenure(s *state, nodeID string, tenure uint64) (t Tenure, applied, ok bool) {
+func OwnTenure(s *State, nodeID string, tenure uint64) (t Tenure, applied, ok bool) {
 	if tenure == 0 || s.Index < tenure {
 		return Tenure{}, false, false
 	}
-	i := s.slotOf(nodeID)
+	i := s.SlotOf(nodeID)
 	if i < 0 || s.Slots[i].Tenure != tenure {
 		return Tenure{}, true, false
 	}
@@ -597,5 +597,5 @@ const (
 	maxEstablishBackoff = 5 * time.Second
 )
 
-// applyTimeout bounds a Raft apply when the caller's context has no deadline.
-const applyTimeout = 5 * time.Second
+// ApplyTimeout bounds a Raft apply when the caller's context has no deadline.
+const ApplyTimeout = 5 * time.Second

@@ -81,27 +81,27 @@ type fenceEntry struct {
 }
 
 // entryOf is c's entry written under protocol version v.
-func entryOf(c command, v int) (any, error) {
+func entryOf(c Command, v int) (any, error) {
 	e := envelope{Version: v}
 	switch c.Type {
-	case cmdInit:
+	case CmdInit:
 		return initEntry{e, c.Layout, c.ClusterID, c.Created, c.Start}, nil
-	case cmdClaim:
+	case CmdClaim:
 		return claimEntry{e, c.Node, c.Layout, c.ClusterID}, nil
-	case cmdReserve:
+	case CmdReserve:
 		return reserveEntry{e, c.NodeID, c.Slot, c.Tenure, c.UpTo, c.ClusterID}, nil
-	case cmdRelease:
+	case CmdRelease:
 		return releaseEntry{e, c.NodeID, c.Tenure, c.ClusterID}, nil
-	case cmdRemove:
+	case CmdRemove:
 		return removeEntry{e, c.NodeID, c.ClusterID}, nil
-	case cmdFence:
+	case CmdFence:
 		return fenceEntry{e, c.Slot, c.UpTo, c.Foreign, c.ClusterID}, nil
 	}
 	return nil, fmt.Errorf("%w: no entry of type %s", ErrBadCommand, c.Type)
 }
 
-// encodeEntry is c as a log entry written under protocol version v.
-func encodeEntry(c command, v int) ([]byte, error) {
+// EncodeEntry is c as a log entry written under protocol version v.
+func EncodeEntry(c Command, v int) ([]byte, error) {
 	e, err := entryOf(c, v)
 	if err != nil {
 		return nil, err
@@ -113,88 +113,88 @@ func encodeEntry(c command, v int) ([]byte, error) {
 	return append([]byte{byte(c.Type)}, body...), nil
 }
 
-// errEntryVersion: an entry written under a protocol version this build does
+// ErrEntryVersion: an entry written under a protocol version this build does
 // not speak.
-var errEntryVersion = fmt.Errorf("%w: a log entry of a protocol version this node does not speak", ErrProtocol)
+var ErrEntryVersion = fmt.Errorf("%w: a log entry of a protocol version this node does not speak", ErrProtocol)
 
 // entry is what every entry type does: say its version, and give its
 // command.
 type entry interface {
 	version() int
-	command() command
+	command() Command
 }
 
 func (e envelope) version() int { return e.Version }
 
-func (x initEntry) command() command {
-	return command{Type: cmdInit, Layout: x.Layout, ClusterID: x.ClusterID, Created: x.Created, Start: x.Start}
+func (x initEntry) command() Command {
+	return Command{Type: CmdInit, Layout: x.Layout, ClusterID: x.ClusterID, Created: x.Created, Start: x.Start}
 }
 
-func (x claimEntry) command() command {
-	return command{Type: cmdClaim, Node: x.Node, Layout: x.Layout, ClusterID: x.ClusterID}
+func (x claimEntry) command() Command {
+	return Command{Type: CmdClaim, Node: x.Node, Layout: x.Layout, ClusterID: x.ClusterID}
 }
 
-func (x reserveEntry) command() command {
-	return command{Type: cmdReserve, NodeID: x.NodeID, Slot: x.Slot, Tenure: x.Tenure, UpTo: x.UpTo, ClusterID: x.ClusterID}
+func (x reserveEntry) command() Command {
+	return Command{Type: CmdReserve, NodeID: x.NodeID, Slot: x.Slot, Tenure: x.Tenure, UpTo: x.UpTo, ClusterID: x.ClusterID}
 }
 
-func (x releaseEntry) command() command {
-	return command{Type: cmdRelease, NodeID: x.NodeID, Tenure: x.Tenure, ClusterID: x.ClusterID}
+func (x releaseEntry) command() Command {
+	return Command{Type: CmdRelease, NodeID: x.NodeID, Tenure: x.Tenure, ClusterID: x.ClusterID}
 }
 
-func (x removeEntry) command() command {
-	return command{Type: cmdRemove, NodeID: x.NodeID, ClusterID: x.ClusterID}
+func (x removeEntry) command() Command {
+	return Command{Type: CmdRemove, NodeID: x.NodeID, ClusterID: x.ClusterID}
 }
 
-func (x fenceEntry) command() command {
-	return command{Type: cmdFence, Slot: x.Slot, UpTo: x.UpTo, Foreign: x.Foreign, ClusterID: x.ClusterID}
+func (x fenceEntry) command() Command {
+	return Command{Type: CmdFence, Slot: x.Slot, UpTo: x.UpTo, Foreign: x.Foreign, ClusterID: x.ClusterID}
 }
 
 // decodeBody reads an entry's body as entry type T.
-func decodeBody[T entry](body []byte) (command, int, error) {
+func decodeBody[T entry](body []byte) (Command, int, error) {
 	var x T
 	if err := json.Unmarshal(body, &x); err != nil {
-		return command{}, 0, err
+		return Command{}, 0, err
 	}
 	return x.command(), x.version(), nil
 }
 
-// decodeEntry reads a log entry: its command (only its type's fields set)
+// DecodeEntry reads a log entry: its command (only its type's fields set)
 // and the protocol version it was written under (0: before the envelope).
 // An entry of a version above speaks.Max is refused (errEntryVersion);
 // Apply stops the node on it.
-func decodeEntry(data []byte, speaks ProtocolRange) (command, int, error) {
+func DecodeEntry(data []byte, speaks ProtocolRange) (Command, int, error) {
 	if len(data) == 0 {
-		return command{}, 0, fmt.Errorf("decode entry: empty entry")
+		return Command{}, 0, fmt.Errorf("decode entry: empty entry")
 	}
 	var (
-		t    = commandType(data[0])
-		c    command
+		t    = CommandType(data[0])
+		c    Command
 		v    int
 		err  error
 		body = data[1:]
 	)
 	switch t {
-	case cmdInit:
+	case CmdInit:
 		c, v, err = decodeBody[initEntry](body)
-	case cmdClaim:
+	case CmdClaim:
 		c, v, err = decodeBody[claimEntry](body)
-	case cmdReserve:
+	case CmdReserve:
 		c, v, err = decodeBody[reserveEntry](body)
-	case cmdRelease:
+	case CmdRelease:
 		c, v, err = decodeBody[releaseEntry](body)
-	case cmdRemove:
+	case CmdRemove:
 		c, v, err = decodeBody[removeEntry](body)
-	case cmdFence:
+	case CmdFence:
 		c, v, err = decodeBody[fenceEntry](body)
 	default:
-		return command{Type: t}, 0, fmt.Errorf("decode entry: unknown type %s", t)
+		return Command{Type: t}, 0, fmt.Errorf("decode entry: unknown type %s", t)
 	}
 	if err != nil {
-		return command{}, 0, fmt.Errorf("decode %s entry: %w", t, err)
+		return Command{}, 0, fmt.Errorf("decode %s entry: %w", t, err)
 	}
 	if v > speaks.Max {
-		return c, v, fmt.Errorf("%w: a %s entry of protocol %d, this node speaks %s", errEntryVersion, t, v, speaks)
+		return c, v, fmt.Errorf("%w: a %s entry of protocol %d, this node speaks %s", ErrEntryVersion, t, v, speaks)
 	}
 	return c, v, nil
 }

@@ -16,13 +16,13 @@ import (
 // entryCommands is one command of every entry type with every field its
 // type has set, and the fields of the forwarded message (SentAt, Protocol)
 // and of other types set too: what a forward could carry.
-func entryCommands() []command {
+func entryCommands() []Command {
 	l := generator.DefaultLayout()
 	node := &NodeInfo{ID: "n1", Name: "a", RaftAddr: "r", GossipAddr: "g", GRPCAddr: "p", HTTPAddr: "h", Datacenter: 1}
-	all := command{Layout: &l, Node: node, NodeID: "n1", Slot: 3, UpTo: 99, Foreign: "f", Tenure: 7, ClusterID: "c1",
+	all := Command{Layout: &l, Node: node, NodeID: "n1", Slot: 3, UpTo: 99, Foreign: "f", Tenure: 7, ClusterID: "c1",
 		Created: 5, Start: 6, SentAt: 8, Protocol: ProtocolMax}
-	var out []command
-	for _, t := range []commandType{cmdInit, cmdClaim, cmdReserve, cmdRelease, cmdRemove, cmdFence} {
+	var out []Command
+	for _, t := range []CommandType{CmdInit, CmdClaim, CmdReserve, CmdRelease, CmdRemove, CmdFence} {
 		c := all
 		c.Type = t
 		out = append(out, c)
@@ -32,20 +32,20 @@ func entryCommands() []command {
 
 // entryFields is what the entry of c's type keeps of c: the fields that
 // type's checks and Apply read.
-func entryFields(c command) command {
-	k := command{Type: c.Type, ClusterID: c.ClusterID}
+func entryFields(c Command) Command {
+	k := Command{Type: c.Type, ClusterID: c.ClusterID}
 	switch c.Type {
-	case cmdInit:
+	case CmdInit:
 		k.Layout, k.Created, k.Start = c.Layout, c.Created, c.Start
-	case cmdClaim:
+	case CmdClaim:
 		k.Node, k.Layout = c.Node, c.Layout
-	case cmdReserve:
+	case CmdReserve:
 		k.NodeID, k.Slot, k.Tenure, k.UpTo = c.NodeID, c.Slot, c.Tenure, c.UpTo
-	case cmdRelease:
+	case CmdRelease:
 		k.NodeID, k.Tenure = c.NodeID, c.Tenure
-	case cmdRemove:
+	case CmdRemove:
 		k.NodeID = c.NodeID
-	case cmdFence:
+	case CmdFence:
 		k.Slot, k.UpTo, k.Foreign = c.Slot, c.UpTo, c.Foreign
 	}
 	return k
@@ -60,25 +60,25 @@ func entryFields(c command) command {
 func TestEntriesKeepTheirTypesFields(t *testing.T) {
 	for _, c := range entryCommands() {
 		want := entryFields(c)
-		data, err := encodeEntry(c, ProtocolMax)
+		data, err := EncodeEntry(c, ProtocolMax)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, v, err := decodeEntry(data, ownProtocols)
+		got, v, err := DecodeEntry(data, OwnProtocols)
 		if err != nil || v != ProtocolMax || !reflect.DeepEqual(got, want) {
 			t.Errorf("%s entry reads back as %+v version %d (%v), want %+v version %d", c.Type, got, v, err, want, ProtocolMax)
 		}
 		var old v1Command
-		if err := json.Unmarshal(data[1:], &old); err != nil || commandType(data[0]) != c.Type {
+		if err := json.Unmarshal(data[1:], &old); err != nil || CommandType(data[0]) != c.Type {
 			t.Fatalf("the release before cannot decode a %s entry: %v", c.Type, err)
 		}
 		sameFields(t, c.Type.String()+" entry", old, want)
 
-		flat, err := encodeCommand(c)
+		flat, err := EncodeCommand(c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, v, err = decodeEntry(flat, ownProtocols)
+		got, v, err = DecodeEntry(flat, OwnProtocols)
 		if err != nil || v != 0 || !reflect.DeepEqual(got, want) {
 			t.Errorf("a %s entry of a release before the envelope reads as %+v version %d (%v), want %+v version 0", c.Type, got, v, err, want)
 		}
@@ -92,24 +92,24 @@ func TestMixedReplicasAgree(t *testing.T) {
 	l := generator.DefaultLayout()
 	now := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := l.Units(now)
-	cmds := []command{
-		initCommand(l, "c1", now, 0),
-		{Type: cmdClaim, Node: &NodeInfo{ID: "a", Datacenter: -1}, Layout: &l, ClusterID: "c1", SentAt: 1, Protocol: 2},
-		{Type: cmdClaim, Node: &NodeInfo{ID: "b", Datacenter: -1}, ClusterID: "c1"},
-		{Type: cmdReserve, NodeID: "a", Slot: 0, Tenure: 2, UpTo: at + 100, ClusterID: "c1", SentAt: 3},
-		{Type: cmdReserve, NodeID: "b", Slot: 0, Tenure: 3, UpTo: at + 100, ClusterID: "c1"}, // not b's slot
-		{Type: cmdFence, Slot: 1, UpTo: at + 200, Foreign: "c2", ClusterID: "c1"},
-		{Type: cmdRelease, NodeID: "a", Tenure: 2, ClusterID: "c1"},
-		{Type: cmdRemove, NodeID: "b", ClusterID: "c1"},
+	cmds := []Command{
+		InitCommand(l, "c1", now, 0),
+		{Type: CmdClaim, Node: &NodeInfo{ID: "a", Datacenter: -1}, Layout: &l, ClusterID: "c1", SentAt: 1, Protocol: 2},
+		{Type: CmdClaim, Node: &NodeInfo{ID: "b", Datacenter: -1}, ClusterID: "c1"},
+		{Type: CmdReserve, NodeID: "a", Slot: 0, Tenure: 2, UpTo: at + 100, ClusterID: "c1", SentAt: 3},
+		{Type: CmdReserve, NodeID: "b", Slot: 0, Tenure: 3, UpTo: at + 100, ClusterID: "c1"}, // not b's slot
+		{Type: CmdFence, Slot: 1, UpTo: at + 200, Foreign: "c2", ClusterID: "c1"},
+		{Type: CmdRelease, NodeID: "a", Tenure: 2, ClusterID: "c1"},
+		{Type: CmdRemove, NodeID: "b", ClusterID: "c1"},
 	}
 	flat, typed := newFSM(), newFSM()
 	for i, c := range cmds {
 		idx := uint64(i + 1)
-		a, err := encodeCommand(c)
+		a, err := EncodeCommand(c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := encodeEntry(c, ProtocolMax)
+		b, err := EncodeEntry(c, ProtocolMax)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,16 +131,16 @@ func isErr(v interface{}) bool { _, ok := v.(error); return ok }
 // changes anything, as an entry of an unknown type does (a later version
 // may give a field a meaning this one would not apply).
 func TestEntryOfAnUnspokenVersionStopsTheReplica(t *testing.T) {
-	c := command{Type: cmdRemove, NodeID: "a", ClusterID: "c1"}
-	data, err := encodeEntry(c, ProtocolMax+1)
+	c := Command{Type: CmdRemove, NodeID: "a", ClusterID: "c1"}
+	data, err := EncodeEntry(c, ProtocolMax+1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, v, err := decodeEntry(data, ownProtocols); !errors.Is(err, errEntryVersion) || !errors.Is(err, ErrProtocol) || v != ProtocolMax+1 {
+	if _, v, err := DecodeEntry(data, OwnProtocols); !errors.Is(err, ErrEntryVersion) || !errors.Is(err, ErrProtocol) || v != ProtocolMax+1 {
 		t.Fatalf("decodeEntry of a version %d entry: version %d, %v; want errEntryVersion", ProtocolMax+1, v, err)
 	}
 	f := newFSM()
-	before := f.state.clone()
+	before := f.state.Clone()
 	defer func() {
 		r := recover()
 		if r == nil || !strings.Contains(r.(string), "upgrade this node") {

@@ -15,7 +15,7 @@ import (
 // go through view, which hands out the current state under a read lock.
 type fsm struct {
 	mu    sync.RWMutex
-	state *state
+	state *State
 	// changed receives a signal (never blocking) after every applied entry,
 	// waking the slot agent for its next pass. The agent may be blocked in
 	// a reserve (2 s) or a claim (5 s) meanwhile; a generator whose tenure
@@ -33,11 +33,11 @@ type fsm struct {
 }
 
 func newFSM() *fsm {
-	return &fsm{state: newState(), changed: make(chan struct{}, 1)}
+	return &fsm{state: NewState(), changed: make(chan struct{}, 1)}
 }
 
 // view runs f with the current state; f must not keep or modify it.
-func (f *fsm) view(fn func(s *state)) {
+func (f *fsm) view(fn func(s *State)) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	fn(f.state)
@@ -55,13 +55,13 @@ func (f *fsm) Apply(l *raft.Log) interface{} {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
-	if len(l.Data) > 0 && !commandType(l.Data[0]).known() {
+	if len(l.Data) > 0 && !CommandType(l.Data[0]).Known() {
 		// Consul and Nomad stop here too: a replica that skipped an entry it
 		// does not understand would silently diverge from the others.
 		panic(fmt.Sprintf("idgen fsm: unknown command type %d at index %d: upgrade this node", l.Data[0], l.Index))
 	}
-	c, _, err := decodeEntry(l.Data, ownProtocols)
-	if errors.Is(err, errEntryVersion) {
+	c, _, err := DecodeEntry(l.Data, OwnProtocols)
+	if errors.Is(err, ErrEntryVersion) {
 		// As with an unknown type: a replica that applied an entry by rules
 		// older than the ones it was written under could diverge.
 		panic(fmt.Sprintf("idgen fsm: %v, at index %d: upgrade this node", err, l.Index))
@@ -76,7 +76,7 @@ func (f *fsm) Apply(l *raft.Log) interface{} {
 }
 
 // applyLocked applies entry index, decoded as c (or refused with decodeErr).
-func (f *fsm) applyLocked(index uint64, c command, decodeErr error) interface{} {
+func (f *fsm) applyLocked(index uint64, c Command, decodeErr error) interface{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.state.Index = index
@@ -85,28 +85,28 @@ func (f *fsm) applyLocked(index uint64, c command, decodeErr error) interface{} 
 		// so an error result is as deterministic as applying the entry.
 		return fmt.Errorf("%w: log entry %d: %v", ErrBadCommand, index, decodeErr)
 	}
-	return f.state.apply(c, index)
+	return f.state.Apply(c, index)
 }
 
 // Snapshot implements raft.FSM.
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return &fsmSnapshot{state: f.state.clone()}, nil
+	return &fsmSnapshot{state: f.state.Clone()}, nil
 }
 
 // Restore implements raft.FSM: it replaces the whole state.
 func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	f.lastCommand.Store(nil)
-	s := newState()
+	s := NewState()
 	if err := json.NewDecoder(rc).Decode(s); err != nil {
 		return fmt.Errorf("restore snapshot: %w", err)
 	}
 	if s.Nodes == nil {
 		s.Nodes = map[string]NodeInfo{}
 	}
-	if err := s.check(); err != nil {
+	if err := s.Check(); err != nil {
 		return fmt.Errorf("restore snapshot: %w", err)
 	}
 	f.mu.Lock()
@@ -119,7 +119,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-type fsmSnapshot struct{ state *state }
+type fsmSnapshot struct{ state *State }
 
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	if err := json.NewEncoder(sink).Encode(s.state); err != nil {

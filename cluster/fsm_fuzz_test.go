@@ -27,7 +27,7 @@ const fuzzEntrySep = 0
 // held, reserved, released and free slots.
 func fuzzCluster(tb testing.TB) *fsm {
 	f := newFSM()
-	for _, c := range []command{initCmd(), claimCmd("a", -1), claimCmd("b", 1), claimCmd("c", 3),
+	for _, c := range []Command{initCmd(), claimCmd("a", -1), claimCmd("b", 1), claimCmd("c", 3),
 		reserveCmd("a", 0, 40), reserveCmd("b", 2, 50), releaseCmd("c"), claimCmd("d", 0)} {
 		if r, _ := applyEntry(f, mustEncode(tb, withTenure(f, c))); !isResult(r) {
 			tb.Fatalf("building the fuzz state: %s: %v", c.Type, r)
@@ -36,11 +36,11 @@ func fuzzCluster(tb testing.TB) *fsm {
 	return f
 }
 
-func isResult(v interface{}) bool { _, ok := v.(result); return ok }
+func isResult(v interface{}) bool { _, ok := v.(Result); return ok }
 
-func mustEncode(tb testing.TB, c command) []byte {
+func mustEncode(tb testing.TB, c Command) []byte {
 	tb.Helper()
-	data, err := encodeCommand(c)
+	data, err := EncodeCommand(c)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -57,46 +57,46 @@ func FuzzApply(f *testing.F) {
 	base := fuzzCluster(f)
 	layout := *base.state.Layout
 	// Valid commands of every type, against the base state's tenures.
-	for _, c := range []command{
+	for _, c := range []Command{
 		initCmd(),
 		claimCmd("e", -1),
 		claimCmd("a", -1),
 		claimCmd("f", 2),
-		{Type: cmdClaim, Node: &NodeInfo{ID: "g", Datacenter: 1}, Layout: &layout, ClusterID: "test-cluster"},
-		{Type: cmdReserve, NodeID: "a", Slot: 0, Tenure: 2, UpTo: 90},
-		{Type: cmdReserve, NodeID: "b", Slot: 2, Tenure: 3, UpTo: layout.MaxTimestamp()},
-		{Type: cmdRelease, NodeID: "a", Tenure: 2},
-		{Type: cmdRemove, NodeID: "b"},
-		{Type: cmdRemove, NodeID: "c"},
-		{Type: cmdFence, Slot: 0, UpTo: 500, Foreign: "other-cluster", ClusterID: "test-cluster"},
-		{Type: cmdFence, Slot: 7, UpTo: 5, Foreign: "other-cluster"},
+		{Type: CmdClaim, Node: &NodeInfo{ID: "g", Datacenter: 1}, Layout: &layout, ClusterID: "test-cluster"},
+		{Type: CmdReserve, NodeID: "a", Slot: 0, Tenure: 2, UpTo: 90},
+		{Type: CmdReserve, NodeID: "b", Slot: 2, Tenure: 3, UpTo: layout.MaxTimestamp()},
+		{Type: CmdRelease, NodeID: "a", Tenure: 2},
+		{Type: CmdRemove, NodeID: "b"},
+		{Type: CmdRemove, NodeID: "c"},
+		{Type: CmdFence, Slot: 0, UpTo: 500, Foreign: "other-cluster", ClusterID: "test-cluster"},
+		{Type: CmdFence, Slot: 7, UpTo: 5, Foreign: "other-cluster"},
 	} {
 		f.Add(mustEncode(f, c))
 	}
 	// The crash that motivated all this, and its neighbours.
 	f.Add(mustEncode(f, claimCmd("big", 1<<62)))
-	f.Add(append([]byte{byte(cmdClaim)}, `{"node":{"id":"x","datacenter":4611686018427387904}}`...))
+	f.Add(append([]byte{byte(CmdClaim)}, `{"node":{"id":"x","datacenter":4611686018427387904}}`...))
 	f.Add(mustEncode(f, claimCmd("four", 4)))
-	f.Add(mustEncode(f, command{Type: cmdReserve, NodeID: "a", Slot: 99, Tenure: 2, UpTo: 90}))
-	f.Add(mustEncode(f, command{Type: cmdReserve, NodeID: "a", Slot: -1, Tenure: 2, UpTo: 90}))
-	f.Add(mustEncode(f, command{Type: cmdReserve, NodeID: "a", Slot: 0, Tenure: 2, UpTo: 1 << 62}))
-	f.Add(mustEncode(f, command{Type: cmdFence, Slot: 1 << 40, UpTo: 5, Foreign: "x"}))
-	f.Add(mustEncode(f, command{Type: cmdReserve, NodeID: "a", Slot: 0, Tenure: 2, UpTo: 90, ClusterID: "another"}))
+	f.Add(mustEncode(f, Command{Type: CmdReserve, NodeID: "a", Slot: 99, Tenure: 2, UpTo: 90}))
+	f.Add(mustEncode(f, Command{Type: CmdReserve, NodeID: "a", Slot: -1, Tenure: 2, UpTo: 90}))
+	f.Add(mustEncode(f, Command{Type: CmdReserve, NodeID: "a", Slot: 0, Tenure: 2, UpTo: 1 << 62}))
+	f.Add(mustEncode(f, Command{Type: CmdFence, Slot: 1 << 40, UpTo: 5, Foreign: "x"}))
+	f.Add(mustEncode(f, Command{Type: CmdReserve, NodeID: "a", Slot: 0, Tenure: 2, UpTo: 90, ClusterID: "another"}))
 	// A sequence: a claim, then a reserve of the tenure it opens.
 	claim := mustEncode(f, claimCmd("h", -1))
 	r, _ := applyEntry(base, claim)
 	if !isResult(r) {
 		f.Fatalf("seed claim: %v", r)
 	}
-	reserve := mustEncode(f, command{Type: cmdReserve, NodeID: "h", Slot: r.(result).Slot, Tenure: r.(result).Tenure, UpTo: 70})
+	reserve := mustEncode(f, Command{Type: CmdReserve, NodeID: "h", Slot: r.(Result).Slot, Tenure: r.(Result).Tenure, UpTo: 70})
 	if r, _ := applyEntry(base, reserve); !isResult(r) {
 		f.Fatalf("seed reserve: %v", r)
 	}
 	f.Add(append(append(claim, fuzzEntrySep), reserve...))
 	// Corrupt and unknown entries.
 	f.Add([]byte{})
-	f.Add([]byte{byte(cmdClaim), '{'})
-	f.Add([]byte{byte(cmdReserve)})
+	f.Add([]byte{byte(CmdClaim), '{'})
+	f.Add([]byte{byte(CmdReserve)})
 	f.Add([]byte{99, '{', '}'})
 	f.Add([]byte{0xff})
 
@@ -108,15 +108,15 @@ func FuzzApply(f *testing.F) {
 		// The initialized cluster, and a node that has applied nothing yet.
 		for _, m := range []*fsm{fuzzCluster(t), newFSM()} {
 			twin := newFSM()
-			twin.state = m.state.clone()
+			twin.state = m.state.Clone()
 			for _, e := range entries {
-				before := m.state.clone()
+				before := m.state.Clone()
 				res, p := applyEntry(m, e)
-				unknown := len(e) > 0 && !commandType(e[0]).known()
+				unknown := len(e) > 0 && !CommandType(e[0]).Known()
 				if unknown != (p != nil) {
 					t.Fatalf("entry %q: panicked %v, want a panic only for an unknown command type", e, p)
 				}
-				if err := m.state.check(); err != nil {
+				if err := m.state.Check(); err != nil {
 					t.Fatalf("entry %q (result %v) broke the state: %v\n%+v", e, res, err, m.state)
 				}
 				if p != nil {
@@ -127,12 +127,12 @@ func FuzzApply(f *testing.F) {
 				}
 				switch r := res.(type) {
 				case error:
-					after := m.state.clone()
+					after := m.state.Clone()
 					after.Index = before.Index
 					if !reflect.DeepEqual(before, after) {
 						t.Fatalf("entry %q was refused (%v) but changed the state", e, r)
 					}
-				case result:
+				case Result:
 				default:
 					t.Fatalf("entry %q: Apply returned %T %v", e, res, res)
 				}
@@ -162,7 +162,7 @@ func FuzzRestore(f *testing.F) {
 	f.Add(snapshotOf(fuzzCluster(f)))
 	f.Add(snapshotOf(newFSM()))
 	fenced := fuzzCluster(f)
-	if r, _ := applyEntry(fenced, mustEncode(f, command{Type: cmdFence, Slot: 0, UpTo: 300, Foreign: "other"})); !isResult(r) {
+	if r, _ := applyEntry(fenced, mustEncode(f, Command{Type: CmdFence, Slot: 0, UpTo: 300, Foreign: "other"})); !isResult(r) {
 		f.Fatalf("seed fence: %v", r)
 	}
 	f.Add(snapshotOf(fenced))
@@ -177,7 +177,7 @@ func FuzzRestore(f *testing.F) {
 		if err := m.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
 			return
 		}
-		if err := m.state.check(); err != nil {
+		if err := m.state.Check(); err != nil {
 			t.Fatalf("restored a state that fails check: %v", err)
 		}
 		// A snapshot of the restored state restores to the same state.
@@ -188,7 +188,7 @@ func FuzzRestore(f *testing.F) {
 			t.Fatal(err)
 		}
 		// (clone, since a snapshot does not keep an empty list apart from none)
-		if err := again.Restore(io.NopCloser(&sink)); err != nil || !reflect.DeepEqual(m.state.clone(), again.state.clone()) {
+		if err := again.Restore(io.NopCloser(&sink)); err != nil || !reflect.DeepEqual(m.state.Clone(), again.state.Clone()) {
 			t.Fatalf("restored state does not survive a snapshot: %v", err)
 		}
 		exercise(t, m)
@@ -201,17 +201,17 @@ func FuzzRestore(f *testing.F) {
 // must keep passing check.
 func exercise(t *testing.T, m *fsm) {
 	t.Helper()
-	apply := func(c command) {
+	apply := func(c Command) {
 		t.Helper()
 		if _, p := applyEntry(m, mustEncode(t, c)); p != nil {
 			t.Fatalf("valid %s %+v panicked: %v", c.Type, c, p)
 		}
-		if err := m.state.check(); err != nil {
+		if err := m.state.Check(); err != nil {
 			t.Fatalf("valid %s %+v broke the state: %v", c.Type, c, err)
 		}
 	}
-	m.view(func(s *state) { // the readers in node.go
-		_ = s.sortedNodeIDs()
+	m.view(func(s *State) { // the readers in node.go
+		_ = s.SortedNodeIDs()
 		for _, sl := range s.Slots {
 			if sl.Owner != "" {
 				_ = s.Nodes[sl.Owner].GRPCAddr
@@ -224,9 +224,9 @@ func exercise(t *testing.T, m *fsm) {
 	}
 	s := m.state
 	dcs := 1 << s.Layout.DatacenterBits
-	nodes := append(s.sortedNodeIDs(), "fuzz-new-1", "fuzz-new-2")
+	nodes := append(s.SortedNodeIDs(), "fuzz-new-1", "fuzz-new-2")
 	for k, id := range nodes {
-		apply(command{Type: cmdClaim, Node: &NodeInfo{ID: id, Name: id, Datacenter: k%(dcs+1) - 1}})
+		apply(Command{Type: CmdClaim, Node: &NodeInfo{ID: id, Name: id, Datacenter: k%(dcs+1) - 1}})
 	}
 	for i := range m.state.Slots {
 		sl := m.state.Slots[i]
@@ -237,18 +237,18 @@ func exercise(t *testing.T, m *fsm) {
 		if upTo > m.state.Layout.MaxTimestamp() {
 			upTo = m.state.Layout.MaxTimestamp()
 		}
-		apply(command{Type: cmdReserve, NodeID: sl.Owner, Slot: i, Tenure: sl.Tenure, UpTo: upTo})
-		apply(command{Type: cmdReserve, NodeID: sl.Owner, Slot: i, Tenure: sl.Tenure + 1, UpTo: upTo})
+		apply(Command{Type: CmdReserve, NodeID: sl.Owner, Slot: i, Tenure: sl.Tenure, UpTo: upTo})
+		apply(Command{Type: CmdReserve, NodeID: sl.Owner, Slot: i, Tenure: sl.Tenure + 1, UpTo: upTo})
 	}
 	for k, id := range nodes {
 		if k%2 == 0 {
-			if i := m.state.slotOf(id); i >= 0 {
-				apply(command{Type: cmdRelease, NodeID: id, Tenure: m.state.Slots[i].Tenure})
+			if i := m.state.SlotOf(id); i >= 0 {
+				apply(Command{Type: CmdRelease, NodeID: id, Tenure: m.state.Slots[i].Tenure})
 			}
 		} else {
-			apply(command{Type: cmdRemove, NodeID: id})
+			apply(Command{Type: CmdRemove, NodeID: id})
 		}
 	}
 	apply(claimCmd(nodes[0], -1))
-	apply(command{Type: cmdFence, Slot: len(m.state.Slots) - 1, UpTo: m.state.Layout.MaxTimestamp(), Foreign: "fuzz-other"})
+	apply(Command{Type: CmdFence, Slot: len(m.state.Slots) - 1, UpTo: m.state.Layout.MaxTimestamp(), Foreign: "fuzz-other"})
 }

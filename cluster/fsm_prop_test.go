@@ -18,8 +18,8 @@ import (
 func TestFSMWindowsNeverOverlap(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		f := newFSM()
-		apply := func(c command) interface{} {
-			data, err := encodeCommand(c)
+		apply := func(c Command) interface{} {
+			data, err := EncodeCommand(c)
 			if err != nil {
 				rt.Fatal(err)
 			}
@@ -48,7 +48,7 @@ func TestFSMWindowsNeverOverlap(t *testing.T) {
 		steps := rapid.IntRange(1, 200).Draw(rt, "steps")
 		for i := 0; i < steps; i++ {
 			node := rapid.SampledFrom(nodes).Draw(rt, "node")
-			var c command
+			var c Command
 			switch op := rapid.IntRange(0, 3).Draw(rt, "op"); op {
 			case 0:
 				c = claimCmd(node, rapid.IntRange(-1, 3).Draw(rt, "dc"))
@@ -56,17 +56,17 @@ func TestFSMWindowsNeverOverlap(t *testing.T) {
 				c = reserveCmd(node, rapid.IntRange(0, 7).Draw(rt, "slot"), rapid.Int64Range(0, 1000).Draw(rt, "upTo"))
 				c.Tenure = pickTenure(node)
 			case 2:
-				c = command{Type: cmdRelease, NodeID: node, Tenure: pickTenure(node)}
+				c = Command{Type: CmdRelease, NodeID: node, Tenure: pickTenure(node)}
 			default:
-				c = command{Type: cmdRemove, NodeID: node}
+				c = Command{Type: CmdRemove, NodeID: node}
 			}
 			res := apply(c)
-			if r, ok := res.(result); ok {
+			if r, ok := res.(Result); ok {
 				switch c.Type {
-				case cmdClaim:
+				case CmdClaim:
 					held[r.Tenure] = &window{node, r.Slot, r.Floor, r.Floor}
 					tenuresOf[node] = append(tenuresOf[node], r.Tenure)
-				case cmdReserve:
+				case CmdReserve:
 					w := held[c.Tenure]
 					if w == nil || w.node != node || w.slot != c.Slot {
 						rt.Fatalf("reserve by %s on slot %d accepted for tenure %d that no claim of its own returned", node, c.Slot, c.Tenure)

@@ -16,11 +16,11 @@ import (
 )
 
 // applyAll feeds commands to a fresh FSM as Raft would, returning the results.
-func applyAll(t *testing.T, f *fsm, cmds ...command) []interface{} {
+func applyAll(t *testing.T, f *fsm, cmds ...Command) []interface{} {
 	t.Helper()
 	var out []interface{}
 	for _, c := range cmds {
-		data, err := encodeCommand(withTenure(f, c))
+		data, err := EncodeCommand(withTenure(f, c))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -34,37 +34,37 @@ func applyAll(t *testing.T, f *fsm, cmds ...command) []interface{} {
 // filled in by withTenure just before the command is applied.
 const tenureCurrent = ^uint64(0)
 
-func withTenure(f *fsm, c command) command {
+func withTenure(f *fsm, c Command) Command {
 	if c.Tenure == tenureCurrent {
 		c.Tenure = 0
-		if i := f.state.slotOf(c.NodeID); i >= 0 {
+		if i := f.state.SlotOf(c.NodeID); i >= 0 {
 			c.Tenure = f.state.Slots[i].Tenure
 		}
 	}
 	return c
 }
 
-func initCmd() command {
+func initCmd() Command {
 	l := generator.DefaultLayout()
-	return command{Type: cmdInit, Layout: &l, ClusterID: "test-cluster"}
+	return Command{Type: CmdInit, Layout: &l, ClusterID: "test-cluster"}
 }
 
-func releaseCmd(id string) command {
-	return command{Type: cmdRelease, NodeID: id, Tenure: tenureCurrent}
+func releaseCmd(id string) Command {
+	return Command{Type: CmdRelease, NodeID: id, Tenure: tenureCurrent}
 }
 
-func claimCmd(id string, dc int) command {
+func claimCmd(id string, dc int) Command {
 	l := generator.DefaultLayout()
-	return command{Type: cmdClaim, Node: &NodeInfo{ID: id, Name: id, Datacenter: dc}, Layout: &l}
+	return Command{Type: CmdClaim, Node: &NodeInfo{ID: id, Name: id, Datacenter: dc}, Layout: &l}
 }
 
-func reserveCmd(id string, slot int, upTo int64) command {
-	return command{Type: cmdReserve, NodeID: id, Slot: slot, UpTo: upTo, Tenure: tenureCurrent}
+func reserveCmd(id string, slot int, upTo int64) Command {
+	return Command{Type: CmdReserve, NodeID: id, Slot: slot, UpTo: upTo, Tenure: tenureCurrent}
 }
 
-func mustResult(t *testing.T, v interface{}) result {
+func mustResult(t *testing.T, v interface{}) Result {
 	t.Helper()
-	r, ok := v.(result)
+	r, ok := v.(Result)
 	if !ok {
 		t.Fatalf("want result, got %T: %v", v, v)
 	}
@@ -113,10 +113,10 @@ func TestGrantNeverCrossesTenures(t *testing.T) {
 	applyAll(t, f, initCmd())
 	gB := mustResult(t, applyAll(t, f, claimCmd("X", -1))[0])
 	mustResult(t, applyAll(t, f, reserveCmd("X", gB.Slot, 100))[0])
-	applyAll(t, f, command{Type: cmdRemove, NodeID: "X"})
+	applyAll(t, f, Command{Type: CmdRemove, NodeID: "X"})
 	y := mustResult(t, applyAll(t, f, claimCmd("Y", -1))[0])
 	mustResult(t, applyAll(t, f, reserveCmd("Y", y.Slot, 200))[0])
-	applyAll(t, f, command{Type: cmdRemove, NodeID: "Y"})
+	applyAll(t, f, Command{Type: CmdRemove, NodeID: "Y"})
 	late := mustResult(t, applyAll(t, f, claimCmd("X", -1))[0]) // the delayed claim
 	if late.Slot != gB.Slot || late.Floor != 200 {
 		t.Fatalf("late claim got slot %d floor %d, want slot %d floor 200", late.Slot, late.Floor, gB.Slot)
@@ -137,32 +137,32 @@ func TestGrantNeverCrossesTenures(t *testing.T) {
 func TestMalformedCommandsAreRefused(t *testing.T) {
 	f := newFSM()
 	applyAll(t, f, initCmd(), claimCmd("a", -1), reserveCmd("a", 0, 10))
-	before := f.state.clone()
+	before := f.state.Clone()
 	long := claimCmd("long", -1)
 	long.Node.Name = strings.Repeat("x", 1<<20)
 	longAddr := claimCmd("addr", -1)
 	longAddr.Node.GRPCAddr = strings.Repeat("x", 300)
-	for name, c := range map[string]command{
-		"reserve with empty node on a free slot": {Type: cmdReserve, Slot: 3, UpTo: 100, Tenure: 1},
-		"reserve without tenure":                 {Type: cmdReserve, NodeID: "a", Slot: 0, UpTo: 100},
-		"reserve of a slot out of range":         {Type: cmdReserve, NodeID: "a", Slot: 99, UpTo: 100, Tenure: 2},
-		"reserve of a negative slot":             {Type: cmdReserve, NodeID: "a", Slot: -1, UpTo: 100, Tenure: 2},
-		"reserve naming another tenure":          {Type: cmdReserve, NodeID: "a", Slot: 0, UpTo: 100, Tenure: 1},
-		"release with empty node":                {Type: cmdRelease, Tenure: 2},
-		"release without tenure":                 {Type: cmdRelease, NodeID: "a"},
-		"remove with empty node":                 {Type: cmdRemove},
-		"claim without node":                     {Type: cmdClaim},
+	for name, c := range map[string]Command{
+		"reserve with empty node on a free slot": {Type: CmdReserve, Slot: 3, UpTo: 100, Tenure: 1},
+		"reserve without tenure":                 {Type: CmdReserve, NodeID: "a", Slot: 0, UpTo: 100},
+		"reserve of a slot out of range":         {Type: CmdReserve, NodeID: "a", Slot: 99, UpTo: 100, Tenure: 2},
+		"reserve of a negative slot":             {Type: CmdReserve, NodeID: "a", Slot: -1, UpTo: 100, Tenure: 2},
+		"reserve naming another tenure":          {Type: CmdReserve, NodeID: "a", Slot: 0, UpTo: 100, Tenure: 1},
+		"release with empty node":                {Type: CmdRelease, Tenure: 2},
+		"release without tenure":                 {Type: CmdRelease, NodeID: "a"},
+		"remove with empty node":                 {Type: CmdRemove},
+		"claim without node":                     {Type: CmdClaim},
 		"claim with empty node ID":               claimCmd("", -1),
 		"claim with a 1 MiB name":                long,
 		"claim with a 300-byte address":          longAddr,
 		"second init":                            initCmd(),
-		"init without cluster ID":                {Type: cmdInit, Layout: initCmd().Layout},
+		"init without cluster ID":                {Type: CmdInit, Layout: initCmd().Layout},
 	} {
 		res := applyAll(t, f, c)[0]
 		if _, ok := res.(error); !ok {
 			t.Errorf("%s: accepted (%v)", name, res)
 		}
-		after := f.state.clone()
+		after := f.state.Clone()
 		after.Index = before.Index
 		if !reflect.DeepEqual(before, after) {
 			t.Errorf("%s: changed the state", name)
@@ -230,7 +230,7 @@ func TestClaimBeforeInitAndLayoutMismatch(t *testing.T) {
 	c := claimCmd("a", -1)
 	c.Layout = &other
 	mustErr(t, applyAll(t, f, c)[0], ErrLayoutMismatch)
-	mustErr(t, applyAll(t, f, command{Type: cmdInit, Layout: &other, ClusterID: "x"})[0], ErrLayoutMismatch)
+	mustErr(t, applyAll(t, f, Command{Type: CmdInit, Layout: &other, ClusterID: "x"})[0], ErrLayoutMismatch)
 }
 
 func TestReserveFencesNonOwner(t *testing.T) {
@@ -253,7 +253,7 @@ func TestHighWaterNeverDecreases(t *testing.T) {
 		releaseCmd("a"),
 		claimCmd("b", -1),
 		reserveCmd("b", 0, 90),
-		command{Type: cmdRemove, NodeID: "b"},
+		Command{Type: CmdRemove, NodeID: "b"},
 		claimCmd("c", -1))
 	if g := mustResult(t, res[3]).Granted; g != 100 {
 		t.Fatalf("lower reserve returned granted %d, want 100", g)
@@ -285,7 +285,7 @@ func TestHighWaterNeverDecreases(t *testing.T) {
 
 func TestReleaseUnknownNode(t *testing.T) {
 	f := newFSM()
-	mustErr(t, applyAll(t, f, initCmd(), command{Type: cmdRemove, NodeID: "ghost"})[1], ErrUnknownNode)
+	mustErr(t, applyAll(t, f, initCmd(), Command{Type: CmdRemove, NodeID: "ghost"})[1], ErrUnknownNode)
 }
 
 func TestUnknownCommandStopsTheNode(t *testing.T) {
@@ -335,8 +335,8 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 }
 
 func TestReplayGivesSameState(t *testing.T) {
-	cmds := []command{initCmd(), claimCmd("a", -1), claimCmd("b", 3), reserveCmd("a", 0, 10),
-		reserveCmd("b", 6, 12), command{Type: cmdRemove, NodeID: "a"}, claimCmd("c", -1), reserveCmd("c", 0, 30)}
+	cmds := []Command{initCmd(), claimCmd("a", -1), claimCmd("b", 3), reserveCmd("a", 0, 10),
+		reserveCmd("b", 6, 12), Command{Type: CmdRemove, NodeID: "a"}, claimCmd("c", -1), reserveCmd("c", 0, 30)}
 	f, g := newFSM(), newFSM()
 	r1, r2 := applyAll(t, f, cmds...), applyAll(t, g, cmds...)
 	if !reflect.DeepEqual(f.state, g.state) || !reflect.DeepEqual(r1, r2) {
@@ -363,9 +363,9 @@ func TestRestoreRefusesBrokenSnapshots(t *testing.T) {
 
 // unchanged fails unless f's state equals before, but for the Index that
 // Apply sets for every entry.
-func unchanged(t *testing.T, name string, f *fsm, before *state) {
+func unchanged(t *testing.T, name string, f *fsm, before *State) {
 	t.Helper()
-	after := f.state.clone()
+	after := f.state.Clone()
 	after.Index = before.Index
 	if !reflect.DeepEqual(before, after) {
 		t.Errorf("%s: changed the state:\n got %+v\nwant %+v", name, after, before)
@@ -382,7 +382,7 @@ func TestCommandsOutsideTheLayoutAreRefused(t *testing.T) {
 	max := f.state.Layout.MaxTimestamp()
 	cases := []struct {
 		name string
-		c    command
+		c    Command
 		want string
 	}{
 		{"claim with datacenter 2^62", claimCmd("big", 1<<62), "datacenter 4611686018427387904"},
@@ -399,9 +399,9 @@ func TestCommandsOutsideTheLayoutAreRefused(t *testing.T) {
 		{"reserve up to a negative timestamp", reserveCmd("a", 0, -1), "negative"},
 	}
 	for _, tc := range cases {
-		before := f.state.clone()
+		before := f.state.Clone()
 		c := withTenure(f, tc.c)
-		if err := before.admit(c); !errors.Is(err, ErrBadCommand) || !strings.Contains(err.Error(), tc.want) {
+		if err := before.Admit(c); !errors.Is(err, ErrBadCommand) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: admit = %v, want %v naming %q", tc.name, err, ErrBadCommand, tc.want)
 		}
 		res := applyAll(t, f, c)[0]
@@ -409,7 +409,7 @@ func TestCommandsOutsideTheLayoutAreRefused(t *testing.T) {
 			t.Errorf("%s: Apply = %v, want %v naming %q", tc.name, res, ErrBadCommand, tc.want)
 		}
 		unchanged(t, tc.name, f, before)
-		if err := f.state.check(); err != nil {
+		if err := f.state.Check(); err != nil {
 			t.Errorf("%s: state no longer passes check: %v", tc.name, err)
 		}
 	}
@@ -430,10 +430,10 @@ func TestInitOutsideItsLayoutIsRefused(t *testing.T) {
 	late.Start = late.Layout.MaxTimestamp() + 1
 	negative := initCmd()
 	negative.Start = -1
-	for name, c := range map[string]command{"2^61 slots": huge, "start past the layout": late, "negative start": negative} {
+	for name, c := range map[string]Command{"2^61 slots": huge, "start past the layout": late, "negative start": negative} {
 		f := newFSM()
 		mustErr(t, applyAll(t, f, c)[0], ErrBadCommand)
-		unchanged(t, name, f, newState())
+		unchanged(t, name, f, NewState())
 	}
 }
 
@@ -444,13 +444,13 @@ func TestCorruptEntryOfAKnownTypeIsRefused(t *testing.T) {
 	f := newFSM()
 	applyAll(t, f, initCmd(), claimCmd("a", -1))
 	for name, data := range map[string][]byte{
-		"not JSON":            {byte(cmdClaim), '{'},
-		"no body":             {byte(cmdReserve)},
-		"wrong field type":    append([]byte{byte(cmdClaim)}, `{"node":{"id":"x","datacenter":"one"}}`...),
-		"datacenter too wide": append([]byte{byte(cmdClaim)}, `{"node":{"id":"x","datacenter":1e30}}`...),
+		"not JSON":            {byte(CmdClaim), '{'},
+		"no body":             {byte(CmdReserve)},
+		"wrong field type":    append([]byte{byte(CmdClaim)}, `{"node":{"id":"x","datacenter":"one"}}`...),
+		"datacenter too wide": append([]byte{byte(CmdClaim)}, `{"node":{"id":"x","datacenter":1e30}}`...),
 		"empty entry":         {},
 	} {
-		before := f.state.clone()
+		before := f.state.Clone()
 		idx := f.state.Index + 1
 		res := f.Apply(&raft.Log{Index: idx, Type: raft.LogCommand, Data: data})
 		mustErr(t, res, ErrBadCommand)
@@ -465,9 +465,9 @@ func TestCorruptEntryOfAKnownTypeIsRefused(t *testing.T) {
 // version does not know, and known() agrees with String().
 func TestKnownCommandTypes(t *testing.T) {
 	for b := 0; b < 256; b++ {
-		typ := commandType(b)
-		if typ.known() == strings.HasPrefix(typ.String(), "unknown(") {
-			t.Errorf("type %d: known() = %v but String() = %q", b, typ.known(), typ.String())
+		typ := CommandType(b)
+		if typ.Known() == strings.HasPrefix(typ.String(), "unknown(") {
+			t.Errorf("type %d: known() = %v but String() = %q", b, typ.Known(), typ.String())
 		}
 		f := newFSM()
 		applyAll(t, f, initCmd())
@@ -476,7 +476,7 @@ func TestKnownCommandTypes(t *testing.T) {
 			f.Apply(&raft.Log{Index: 2, Type: raft.LogCommand, Data: []byte{byte(b), '{', '}'}})
 			return false
 		}()
-		if panicked == typ.known() {
+		if panicked == typ.Known() {
 			t.Errorf("type %s: Apply panicked = %v", typ, panicked)
 		}
 	}
@@ -489,14 +489,14 @@ func TestMissingTenureRecordIsRefused(t *testing.T) {
 	f := newFSM()
 	applyAll(t, f, initCmd(), claimCmd("a", -1), claimCmd("b", -1))
 	f.state.Tenures = f.state.Tenures[1:] // a's record is gone
-	for name, c := range map[string]command{
+	for name, c := range map[string]Command{
 		"re-claim": claimCmd("a", -1),
 		"reserve":  reserveCmd("a", 0, 50),
 		"release":  releaseCmd("a"),
-		"remove":   {Type: cmdRemove, NodeID: "a"},
+		"remove":   {Type: CmdRemove, NodeID: "a"},
 	} {
-		before := f.state.clone()
-		mustErr(t, applyAll(t, f, c)[0], errStateCorrupt)
+		before := f.state.Clone()
+		mustErr(t, applyAll(t, f, c)[0], ErrStateCorrupt)
 		unchanged(t, name, f, before)
 	}
 	mustResult(t, applyAll(t, f, reserveCmd("b", 1, 50))[0])
@@ -508,7 +508,7 @@ func TestFreeSlotTakesAnyDatacenter(t *testing.T) {
 	f := newFSM()
 	applyAll(t, f, initCmd(), claimCmd("a", -1))
 	for _, dc := range []int{math.MinInt, -2, -1, 0, 3, 4, 1 << 30, 1 << 62, math.MaxInt} {
-		if got := f.state.freeSlot(dc); got < 1 || got >= len(f.state.Slots) {
+		if got := f.state.FreeSlot(dc); got < 1 || got >= len(f.state.Slots) {
 			t.Errorf("freeSlot(%d) = %d", dc, got)
 		}
 	}
@@ -518,12 +518,12 @@ func TestFreeSlotTakesAnyDatacenter(t *testing.T) {
 // Apply or a reader indexes by (or an invariant Apply keeps); each must be
 // refused rather than loaded.
 func TestRestoreRefusesStatesApplyCannotMake(t *testing.T) {
-	valid := func() *state {
+	valid := func() *State {
 		f := newFSM()
 		applyAll(t, f, initCmd(), claimCmd("a", -1), claimCmd("b", 1), reserveCmd("a", 0, 77), releaseCmd("b"), claimCmd("c", 2))
-		return f.state.clone()
+		return f.state.Clone()
 	}
-	restore := func(s *state) error {
+	restore := func(s *State) error {
 		body, err := json.Marshal(s)
 		if err != nil {
 			t.Fatal(err)
@@ -533,32 +533,32 @@ func TestRestoreRefusesStatesApplyCannotMake(t *testing.T) {
 	if err := restore(valid()); err != nil {
 		t.Fatalf("a valid state was refused: %v", err)
 	}
-	for name, breakIt := range map[string]func(s *state){
-		"tenure with empty node ID":      func(s *state) { s.Tenures[0].NodeID = "" },
-		"tenure with a 65-byte node ID":  func(s *state) { s.Tenures[1].NodeID = strings.Repeat("x", 65) },
-		"tenure of slot 8 of 8":          func(s *state) { s.Tenures[1].Slot = 8 },
-		"tenure of slot -1":              func(s *state) { s.Tenures[1].Slot = -1 },
-		"tenure with a negative floor":   func(s *state) { s.Tenures[1].Floor, s.Tenures[1].Granted = -5, -5 },
-		"tenure granted past the layout": func(s *state) { s.Tenures[1].Granted = s.Layout.MaxTimestamp() + 1 },
-		"two tenures of one claim":       func(s *state) { s.Tenures[1].ClaimedIndex = s.Tenures[0].ClaimedIndex },
-		"tenure released before claimed": func(s *state) { s.Tenures[1].ReleasedIndex = 1 },
-		"tenure claimed after the index": func(s *state) { s.Tenures[1].ClaimedIndex = s.Index + 1 },
-		"negative highWater":             func(s *state) { s.Slots[5].HighWater = -1 },
-		"highWater past the layout":      func(s *state) { s.Slots[5].HighWater = s.Layout.MaxTimestamp() + 1 },
-		"one slot too many":              func(s *state) { s.Slots = append(s.Slots, slotState{}) },
-		"one slot too few":               func(s *state) { s.Slots = s.Slots[:7] },
-		"owner that is not a node":       func(s *state) { delete(s.Nodes, "a") },
-		"owner of two slots":             func(s *state) { s.Slots[5] = s.Slots[0] },
-		"node under another ID":          func(s *state) { s.Nodes["z"] = s.Nodes["a"] },
-		"node with datacenter 2^62":      func(s *state) { n := s.Nodes["b"]; n.Datacenter = 1 << 62; s.Nodes["b"] = n },
-		"node with datacenter -2":        func(s *state) { n := s.Nodes["b"]; n.Datacenter = -2; s.Nodes["b"] = n },
-		"node with a 300-byte address":   func(s *state) { n := s.Nodes["b"]; n.RaftAddr = strings.Repeat("x", 300); s.Nodes["b"] = n },
-		"cluster ID of 65 bytes":         func(s *state) { s.ClusterID = strings.Repeat("c", 65) },
-		"layout of 2^20 slots":           func(s *state) { s.Layout.DatacenterBits = 19 },
-		"invalid layout":                 func(s *state) { s.Layout.Unit = 0 },
-		"nodes without a layout":         func(s *state) { s.Layout, s.Slots, s.Tenures, s.ClusterID = nil, nil, nil, "" },
-		"owned slot without tenure":      func(s *state) { s.Slots[0].Tenure = 0 },
-		"owned slot with a closed tenure": func(s *state) {
+	for name, breakIt := range map[string]func(s *State){
+		"tenure with empty node ID":      func(s *State) { s.Tenures[0].NodeID = "" },
+		"tenure with a 65-byte node ID":  func(s *State) { s.Tenures[1].NodeID = strings.Repeat("x", 65) },
+		"tenure of slot 8 of 8":          func(s *State) { s.Tenures[1].Slot = 8 },
+		"tenure of slot -1":              func(s *State) { s.Tenures[1].Slot = -1 },
+		"tenure with a negative floor":   func(s *State) { s.Tenures[1].Floor, s.Tenures[1].Granted = -5, -5 },
+		"tenure granted past the layout": func(s *State) { s.Tenures[1].Granted = s.Layout.MaxTimestamp() + 1 },
+		"two tenures of one claim":       func(s *State) { s.Tenures[1].ClaimedIndex = s.Tenures[0].ClaimedIndex },
+		"tenure released before claimed": func(s *State) { s.Tenures[1].ReleasedIndex = 1 },
+		"tenure claimed after the index": func(s *State) { s.Tenures[1].ClaimedIndex = s.Index + 1 },
+		"negative highWater":             func(s *State) { s.Slots[5].HighWater = -1 },
+		"highWater past the layout":      func(s *State) { s.Slots[5].HighWater = s.Layout.MaxTimestamp() + 1 },
+		"one slot too many":              func(s *State) { s.Slots = append(s.Slots, SlotState{}) },
+		"one slot too few":               func(s *State) { s.Slots = s.Slots[:7] },
+		"owner that is not a node":       func(s *State) { delete(s.Nodes, "a") },
+		"owner of two slots":             func(s *State) { s.Slots[5] = s.Slots[0] },
+		"node under another ID":          func(s *State) { s.Nodes["z"] = s.Nodes["a"] },
+		"node with datacenter 2^62":      func(s *State) { n := s.Nodes["b"]; n.Datacenter = 1 << 62; s.Nodes["b"] = n },
+		"node with datacenter -2":        func(s *State) { n := s.Nodes["b"]; n.Datacenter = -2; s.Nodes["b"] = n },
+		"node with a 300-byte address":   func(s *State) { n := s.Nodes["b"]; n.RaftAddr = strings.Repeat("x", 300); s.Nodes["b"] = n },
+		"cluster ID of 65 bytes":         func(s *State) { s.ClusterID = strings.Repeat("c", 65) },
+		"layout of 2^20 slots":           func(s *State) { s.Layout.DatacenterBits = 19 },
+		"invalid layout":                 func(s *State) { s.Layout.Unit = 0 },
+		"nodes without a layout":         func(s *State) { s.Layout, s.Slots, s.Tenures, s.ClusterID = nil, nil, nil, "" },
+		"owned slot without tenure":      func(s *State) { s.Slots[0].Tenure = 0 },
+		"owned slot with a closed tenure": func(s *State) {
 			s.Tenures[0].ReleasedIndex = s.Index
 		},
 	} {
@@ -579,7 +579,7 @@ func TestAfterApplySeesEachEntryBeforeTheNext(t *testing.T) {
 	var seen []uint64
 	var owners []string
 	f.afterApply = func() {
-		f.view(func(s *state) {
+		f.view(func(s *State) {
 			seen = append(seen, s.Index)
 			owner := "-"
 			if len(s.Slots) > 0 {
@@ -595,7 +595,7 @@ func TestAfterApplySeesEachEntryBeforeTheNext(t *testing.T) {
 	sink := persisted(t, f)
 	g := newFSM()
 	called := 0
-	g.afterApply = func() { g.view(func(s *state) { called += int(s.Index) }) }
+	g.afterApply = func() { g.view(func(s *State) { called += int(s.Index) }) }
 	if err := g.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
 		t.Fatal(err)
 	}

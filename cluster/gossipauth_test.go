@@ -236,7 +236,7 @@ func stillAVoter(t testing.TB, n *Node, id, raftAddr string, slot int) error {
 		return fmt.Errorf("%s's raft configuration no longer holds the victim %s", n.Name(), id)
 	}
 	var owner string
-	n.fsm.view(func(s *state) {
+	n.fsm.view(func(s *State) {
 		if slot >= 0 && slot < len(s.Slots) {
 			owner = s.Slots[slot].Owner
 		}

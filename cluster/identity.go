@@ -64,7 +64,7 @@ func (iw *identityWatch) trackIdentity() {
 	n := iw.n
 	n.log.trackLayout()
 	var fromState identity
-	n.fsm.view(func(s *state) { fromState = identity{ID: s.ClusterID, Created: s.Created} })
+	n.fsm.view(func(s *State) { fromState = identity{ID: s.ClusterID, Created: s.Created} })
 	if fromState.ID == "" {
 		return
 	}
@@ -128,7 +128,7 @@ func (a clusterAge) String() string {
 func (iw *identityWatch) history() uint64 {
 	n := iw.n
 	var i uint64
-	n.fsm.view(func(s *state) { i = s.Index })
+	n.fsm.view(func(s *State) { i = s.Index })
 	return coarseIndex(i)
 }
 
@@ -211,7 +211,7 @@ func (iw *identityWatch) ownCluster() string {
 		return id.ID
 	}
 	var own string
-	n.fsm.view(func(s *state) { own = s.ClusterID })
+	n.fsm.view(func(s *State) { own = s.ClusterID })
 	return own
 }
 

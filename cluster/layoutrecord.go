@@ -42,7 +42,7 @@ func readLayoutRecord(dir string, configured generator.Layout) (*generator.Layou
 			path, err)
 	}
 	if configured != (generator.Layout{}) && configured != l {
-		return nil, layoutMismatch(l, configured, "data dir "+dir+" belongs to a cluster")
+		return nil, LayoutMismatch(l, configured, "data dir "+dir+" belongs to a cluster")
 	}
 	return &l, nil
 }
@@ -64,7 +64,7 @@ func (lv *logView) stateLayout() (generator.Layout, bool) {
 	n := lv.n
 	var l generator.Layout
 	ok := false
-	n.fsm.view(func(s *state) {
+	n.fsm.view(func(s *State) {
 		if s.Layout != nil {
 			l, ok = *s.Layout, true
 		}

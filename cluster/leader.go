@@ -95,7 +95,7 @@ func (ld *leader) leaderLoop(stop chan struct{}) {
 	defer ld.n.gate.leaderReady.Store(false)
 	n.recon.leaderState = newLeaderState()
 	for {
-		if err := n.rs.raft.Barrier(applyTimeout).Error(); err == nil {
+		if err := n.rs.raft.Barrier(ApplyTimeout).Error(); err == nil {
 			break
 		} else {
 			n.logger.Warn("leader barrier", "err", err)
@@ -125,7 +125,7 @@ func (ld *leader) leaderLoop(stop chan struct{}) {
 			return true
 		}
 		var again bool
-		if again, wait = establishNext(err, wait); again {
+		if again, wait = EstablishNext(err, wait); again {
 			log := n.logger.Error
 			if errors.Is(err, errAwaitingClocks) {
 				log = n.logger.Info
@@ -192,7 +192,7 @@ var (
 func (ld *leader) establish() error {
 	n := ld.n
 	var inited bool
-	n.fsm.view(func(s *state) { inited = s.Layout != nil })
+	n.fsm.view(func(s *State) { inited = s.Layout != nil })
 	if inited {
 		return nil
 	}
@@ -209,7 +209,7 @@ func (ld *leader) establish() error {
 	if _, err := rand.Read(b[:]); err != nil {
 		return err
 	}
-	_, _, err := ld.n.gate.raftApply(context.Background(), initCommand(n.cfg.bootstrapLayout(), hex.EncodeToString(b[:]), ct, n.cfg.MaxAhead))
+	_, _, err := ld.n.gate.raftApply(context.Background(), InitCommand(n.cfg.bootstrapLayout(), hex.EncodeToString(b[:]), ct, n.cfg.MaxAhead))
 	return err
 }
 
@@ -297,9 +297,9 @@ func (rc *reconciler) reconcile() {
 		v.Addable[id] = addable(m, v.Own)
 	}
 	inRaft := serversByID(v.Servers)
-	n.fsm.view(func(s *state) {
-		v.Holders = s.holders()
-		for _, id := range s.sortedNodeIDs() {
+	n.fsm.view(func(s *State) {
+		v.Holders = s.Holders()
+		for _, id := range s.SortedNodeIDs() {
 			v.StateAddr[id] = s.Nodes[id].GRPCAddr
 			if _, ok := inRaft[id]; !ok && id != n.id {
 				v.StateOnly = append(v.StateOnly, id)
@@ -325,7 +325,7 @@ func (rc *reconciler) memberAct(a memberAction, now time.Time) {
 		if voter {
 			add = n.rs.raft.AddVoter
 		}
-		return add(raft.ServerID(a.ID), raft.ServerAddress(a.Addr), 0, applyTimeout).Error()
+		return add(raft.ServerID(a.ID), raft.ServerAddress(a.Addr), 0, ApplyTimeout).Error()
 	}
 	switch a.Kind {
 	case actOwnAddr:
@@ -343,7 +343,7 @@ func (rc *reconciler) memberAct(a memberAction, now time.Time) {
 	case actWait:
 		n.logger.Info(a.Why, "id", a.ID, "raft", a.Addr)
 	case actAddNonvoter:
-		if err := n.rs.raft.AddNonvoter(raft.ServerID(a.ID), raft.ServerAddress(a.Addr), 0, applyTimeout).Error(); err != nil {
+		if err := n.rs.raft.AddNonvoter(raft.ServerID(a.ID), raft.ServerAddress(a.Addr), 0, ApplyTimeout).Error(); err != nil {
 			n.logger.Warn("reconcile: add non-voter", "id", a.ID, "err", err)
 			return
 		}
@@ -357,7 +357,7 @@ func (rc *reconciler) memberAct(a memberAction, now time.Time) {
 		n.logger.Info("updated raft address", "id", a.ID, "from", a.Why, "to", a.Addr)
 		ls.moved(a.ID)
 	case actPromote:
-		if err := n.rs.raft.AddVoter(raft.ServerID(a.ID), raft.ServerAddress(a.Addr), 0, applyTimeout).Error(); err != nil {
+		if err := n.rs.raft.AddVoter(raft.ServerID(a.ID), raft.ServerAddress(a.Addr), 0, ApplyTimeout).Error(); err != nil {
 			n.logger.Warn("reconcile: promote", "id", a.ID, "err", err)
 			return
 		}
@@ -369,7 +369,7 @@ func (rc *reconciler) memberAct(a memberAction, now time.Time) {
 // reap removes a node from the state and from Raft, logging the reason.
 func (rc *reconciler) reap(id, why string) {
 	n := rc.n
-	ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), ApplyTimeout)
 	defer cancel()
 	slot, err := n.gate.leaderRemove(ctx, id)
 	if err != nil {
@@ -423,7 +423,7 @@ func (ld *leader) inStepVoter(ct time.Time) (raft.ServerID, raft.ServerAddress, 
 		if s.Suffrage != raft.Voter || string(s.ID) == n.id {
 			continue
 		}
-		est := ld.n.clusterClock.clocks.byID([]string{string(s.ID)}, time.Now(), n.cfg.clockTTL)
+		est := ld.n.clusterClock.clocks.ByID([]string{string(s.ID)}, time.Now(), n.cfg.clockTTL)
 		if len(est) == 0 {
 			continue
 		}
@@ -462,7 +462,7 @@ func (ld *leader) leaderProtocolIsOdd() bool {
 // room. It returns true when leadership was handed off.
 func (ld *leader) leaderClockIsOutlier() bool {
 	n := ld.n
-	off, within := ld.n.clusterClock.clocks.recent(n.id, 5*time.Second, n.cfg.MaxSkew, time.Now())
+	off, within := ld.n.clusterClock.clocks.Recent(n.id, 5*time.Second, n.cfg.MaxSkew, time.Now())
 	if off < 2 || off <= within {
 		return false
 	}
@@ -472,7 +472,7 @@ func (ld *leader) leaderClockIsOutlier() bool {
 		n.logger.Warn("leadership transfer", "err", err)
 		return false
 	}
-	ld.n.clusterClock.clocks.reset()
+	ld.n.clusterClock.clocks.Reset()
 	return true
 }
 
@@ -513,24 +513,24 @@ func (rc *reconciler) fenceForeign() {
 				"are not comparable with this cluster's", "other_cluster", f.foreign, "other_layout", f.layout.String(), "own_layout", layout.String())
 			continue
 		}
-		var cmds []command
-		n.fsm.view(func(s *state) { cmds = fenceCommands(s, f, own) })
+		var cmds []Command
+		n.fsm.view(func(s *State) { cmds = fenceCommands(s, f, own) })
 		for _, c := range cmds {
-			ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), ApplyTimeout)
 			_, _, err := n.gate.raftApply(ctx, c)
 			cancel()
 			switch {
-			case c.Type == cmdRelease && err == nil:
+			case c.Type == CmdRelease && err == nil:
 				n.logger.Warn("ended a tenure that another cluster's window overlaps: the holder claims again above it",
 					"slot", f.slot, "holder", c.NodeID, "tenure", c.Tenure, "other_window_up_to", f.upTo, "other_cluster", f.foreign)
-			case c.Type == cmdRelease && !errors.Is(err, ErrNotOwner):
+			case c.Type == CmdRelease && !errors.Is(err, ErrNotOwner):
 				n.logger.Warn("end a tenure that another cluster's window overlaps", "slot", f.slot, "holder", c.NodeID, "tenure", c.Tenure, "err", err)
-			case c.Type == cmdRelease:
+			case c.Type == CmdRelease:
 				// Not owner: the tenure ended meanwhile; its successor's
 				// floor is the slot's highWater, above the window.
 			case err != nil:
 				n.logger.Warn("fence a window of another cluster", "slot", f.slot, "up_to", f.upTo, "other_cluster", f.foreign, "err", err)
-			case c.Type == cmdFence:
+			case c.Type == CmdFence:
 				n.logger.Warn("fenced a window another cluster held: the slot's next tenure starts above it",
 					"slot", f.slot, "up_to", f.upTo, "other_cluster", f.foreign)
 			}
@@ -546,16 +546,16 @@ func (rc *reconciler) fenceForeign() {
 // tenure itself). A window outside the layout, or already below every
 // current tenure and highWater, needs nothing. A pure function: the node
 // carries its entries out in order.
-func fenceCommands(s *state, f foreignFence, own string) []command {
+func fenceCommands(s *State, f foreignFence, own string) []Command {
 	if s.Layout == nil || f.otherLayout || f.slot < 0 || f.slot >= len(s.Slots) || f.upTo < 0 || f.upTo > s.Layout.MaxTimestamp() {
 		return nil
 	}
 	sl := s.Slots[f.slot]
 	if sl.HighWater < f.upTo {
-		return []command{{Type: cmdFence, Slot: f.slot, UpTo: f.upTo, Foreign: f.foreign, ClusterID: own}}
+		return []Command{{Type: CmdFence, Slot: f.slot, UpTo: f.upTo, Foreign: f.foreign, ClusterID: own}}
 	}
-	if t := s.tenure(f.slot, sl.Tenure); sl.Owner != "" && t != nil && t.Floor < f.upTo {
-		return []command{{Type: cmdRelease, NodeID: sl.Owner, Tenure: sl.Tenure, ClusterID: own}}
+	if t := s.FindTenure(f.slot, sl.Tenure); sl.Owner != "" && t != nil && t.Floor < f.upTo {
+		return []Command{{Type: CmdRelease, NodeID: sl.Owner, Tenure: sl.Tenure, ClusterID: own}}
 	}
 	return nil
 }

@@ -13,21 +13,21 @@ import (
 // be the leader. It is the server side of Forwarder; forwardCheck (decide.go)
 // makes the identity checks.
 func (n *Node) ApplyForwarded(ctx context.Context, data []byte) ([]byte, error) {
-	in := forwardIn{Leader: n.rs.raft.State() == raft.Leader, Speaks: n.cfg.protocols}
+	in := ForwardIn{Leader: n.rs.raft.State() == raft.Leader, Speaks: n.cfg.protocols}
 	var (
-		c      command
+		c      Command
 		decErr error
 	)
 	if in.Leader {
 		if in.Conflict = n.ident.conflictErr(); in.Conflict == nil {
-			c, decErr = decodeCommand(data)
+			c, decErr = DecodeCommand(data)
 			in.Own = n.ident.ownCluster()
 		}
 	}
-	if err := forwardCheck(in, c, decErr); err != nil {
+	if err := ForwardCheck(in, c, decErr); err != nil {
 		if in.Leader && !errors.Is(err, ErrClusterConflict) {
-			n.peerLog.Refused("forward:"+c.nodeID(), "refused a forwarded command", "from", c.nodeID(), "type", c.Type.String(),
-				"its_protocol", versionOf(c.Protocol), "own_protocols", in.Speaks.String(), "err", err)
+			n.peerLog.Refused("forward:"+c.SpeaksFor(), "refused a forwarded command", "from", c.SpeaksFor(), "type", c.Type.String(),
+				"its_protocol", VersionOf(c.Protocol), "own_protocols", in.Speaks.String(), "err", err)
 		}
 		return nil, err
 	}
@@ -36,26 +36,26 @@ func (n *Node) ApplyForwarded(ctx context.Context, data []byte) ([]byte, error) 
 		return nil, err
 	}
 	_, r.Protocol, _ = n.versions.clusterProtocol()
-	return encodeResult(r)
+	return EncodeResult(r)
 }
 
 // handle runs a command on the leader, past handleCheck (decide.go): a new
 // leader answers only after its post-election Barrier, and the checks Apply
 // makes against the layout come before anything is proposed (after the
 // Barrier, so "not initialized" means it).
-func (lg *leaderGate) handle(ctx context.Context, c command) (result, error) {
+func (lg *leaderGate) handle(ctx context.Context, c Command) (Result, error) {
 	n := lg.n
 	var (
-		h   handling
+		h   Handling
 		err error
 	)
 	ready := lg.leaderReady.Load()
-	if n.fsm.view(func(s *state) { h, err = handleCheck(s, c, ready) }); err != nil {
-		return result{}, err
+	if n.fsm.view(func(s *State) { h, err = HandleCheck(s, c, ready) }); err != nil {
+		return Result{}, err
 	}
-	if h == handleRemove {
+	if h == HandleRemove {
 		slot, err := lg.leaderRemove(ctx, c.NodeID)
-		return result{Slot: slot, ClusterID: n.ident.ownCluster()}, err
+		return Result{Slot: slot, ClusterID: n.ident.ownCluster()}, err
 	}
 	return lg.leaderApply(ctx, c)
 }
@@ -67,19 +67,19 @@ func (lg *leaderGate) handle(ctx context.Context, c command) (result, error) {
 // quorum-th latest of this leader's clock and the voters' latest reports
 // (clustertime.go); a leader whose own clock is off it by more than max-skew
 // grants nothing and hands off. Apply itself never reads a clock.
-func (lg *leaderGate) leaderApply(ctx context.Context, c command) (result, error) {
+func (lg *leaderGate) leaderApply(ctx context.Context, c Command) (Result, error) {
 	n := lg.n
 	now := n.clock.Now()
-	member := n.members.inRaftConfig(c.nodeID())
-	in := leaderIn{Now: now, Member: c.Type != cmdClaim || member, MaxAhead: n.cfg.MaxAhead, MaxSkew: n.cfg.MaxSkew}
+	member := n.members.inRaftConfig(c.SpeaksFor())
+	in := LeaderIn{Now: now, Member: c.Type != CmdClaim || member, MaxAhead: n.cfg.MaxAhead, MaxSkew: n.cfg.MaxSkew}
 	var reports bool
-	n.fsm.view(func(s *state) { reports = reportsClock(s, c, member) })
+	n.fsm.view(func(s *State) { reports = ReportsClock(s, c, member) })
 	if reports {
-		lg.n.clusterClock.clocks.observe(c.nodeID(), clockSample{reported: time.Unix(0, c.SentAt), leader: now, at: time.Now()})
+		lg.n.clusterClock.clocks.Observe(c.SpeaksFor(), ClockSample{Reported: time.Unix(0, c.SentAt), Leader: now, At: time.Now()})
 	}
 	in.ClusterNow, in.Known = lg.n.clusterClock.clusterNow(now)
-	var d leaderOut
-	n.fsm.view(func(s *state) { d = leaderCheck(s, c, in) })
+	var d LeaderOut
+	n.fsm.view(func(s *State) { d = LeaderCheck(s, c, in) })
 	if d.Handoff {
 		select {
 		case lg.handoff <- struct{}{}:
@@ -87,17 +87,17 @@ func (lg *leaderGate) leaderApply(ctx context.Context, c command) (result, error
 		}
 	}
 	if d.Err != nil {
-		return result{}, d.Err
+		return Result{}, d.Err
 	}
 	if err := lg.contested(d); err != nil {
-		return result{}, err
+		return Result{}, err
 	}
 	d.Answer.ClusterID = n.ident.ownCluster()
 	if !d.Propose {
 		return d.Answer, nil
 	}
 	r, _, err := lg.raftApply(ctx, d.Cmd)
-	return leaderAnswer(d, r), err
+	return LeaderAnswer(d, r), err
 }
 
 // contested refuses a Claim by a node whose identity a proven copy still
@@ -106,22 +106,22 @@ func (lg *leaderGate) leaderApply(ctx context.Context, c command) (result, error
 // their windows grow past it until they stop. The holder waits, not ready,
 // until the other answers that it stopped (a second or so after the two
 // meet) and the fence of its windows is final.
-func (lg *leaderGate) contested(d leaderOut) error {
+func (lg *leaderGate) contested(d LeaderOut) error {
 	n := lg.n
-	if !d.Propose || (d.Cmd.Type != cmdClaim && d.Cmd.Type != cmdReserve) {
+	if !d.Propose || (d.Cmd.Type != CmdClaim && d.Cmd.Type != CmdReserve) {
 		return nil
 	}
 	if hold := lg.forkHold.Load(); hold != nil {
 		return fmt.Errorf("%w: %s", ErrNotReady, *hold)
 	}
-	id, slot := d.Cmd.nodeID(), -1
-	if d.Cmd.Type == cmdReserve {
+	id, slot := d.Cmd.SpeaksFor(), -1
+	if d.Cmd.Type == CmdReserve {
 		id, slot = "", d.Cmd.Slot
 	}
 	now := time.Now()
 	fenced := func(slot int, upTo int64) bool {
 		ok := true
-		n.fsm.view(func(s *state) { ok = slot >= len(s.Slots) || s.Slots[slot].HighWater >= upTo })
+		n.fsm.view(func(s *State) { ok = slot >= len(s.Slots) || s.Slots[slot].HighWater >= upTo })
 		return ok
 	}
 	if p, ok := n.ident.copies.contests(id, slot, now, fenced); ok {
@@ -136,33 +136,33 @@ func (lg *leaderGate) contested(d leaderOut) error {
 }
 
 // raftApply proposes c and waits for it to be applied on this (leader) node.
-func (lg *leaderGate) raftApply(ctx context.Context, c command) (result, uint64, error) {
+func (lg *leaderGate) raftApply(ctx context.Context, c Command) (Result, uint64, error) {
 	n := lg.n
 	if f := n.cfg.applyFault; f != nil {
 		if err := f(c); err != nil {
-			return result{}, 0, fmt.Errorf("raft apply %s: %w", c.Type, err)
+			return Result{}, 0, fmt.Errorf("raft apply %s: %w", c.Type, err)
 		}
 	}
 	v := max(n.versions.writeProtocol(), 1)
-	if err := writable(c.Type, v); err != nil {
-		return result{}, 0, err
+	if err := Writable(c.Type, v); err != nil {
+		return Result{}, 0, err
 	}
-	data, err := encodeEntry(c, v)
+	data, err := EncodeEntry(c, v)
 	if err != nil {
-		return result{}, 0, err
+		return Result{}, 0, err
 	}
-	timeout := applyTimeout
+	timeout := ApplyTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)
 		if timeout <= 0 {
-			return result{}, 0, context.DeadlineExceeded
+			return Result{}, 0, context.DeadlineExceeded
 		}
 	}
 	f := n.rs.raft.Apply(data, timeout)
 	if err := f.Error(); err != nil {
-		return result{}, 0, fmt.Errorf("raft apply %s: %w", c.Type, err)
+		return Result{}, 0, fmt.Errorf("raft apply %s: %w", c.Type, err)
 	}
-	r, err := appliedResult(c.Type, f.Index(), f.Response())
+	r, err := AppliedResult(c.Type, f.Index(), f.Response())
 	return r, f.Index(), err
 }
 
@@ -184,7 +184,7 @@ func (lg *leaderGate) leaderRemove(ctx context.Context, id string) (int, error) 
 		}
 	}
 	var inState bool
-	n.fsm.view(func(s *state) { _, inState = s.Nodes[id]; inState = inState || s.slotOf(id) >= 0 })
+	n.fsm.view(func(s *State) { _, inState = s.Nodes[id]; inState = inState || s.SlotOf(id) >= 0 })
 	if !inRaft && !inState {
 		return -1, fmt.Errorf("%w: %s is not in the cluster", ErrUnknownNode, id)
 	}
@@ -193,14 +193,14 @@ func (lg *leaderGate) leaderRemove(ctx context.Context, id string) (int, error) 
 	}
 	slot := -1
 	if inState {
-		r, _, err := lg.raftApply(ctx, command{Type: cmdRemove, NodeID: id})
+		r, _, err := lg.raftApply(ctx, Command{Type: CmdRemove, NodeID: id})
 		if err != nil {
 			return -1, err
 		}
 		slot = r.Slot
 	}
 	if inRaft {
-		if err := n.rs.raft.RemoveServer(raft.ServerID(id), 0, applyTimeout).Error(); err != nil {
+		if err := n.rs.raft.RemoveServer(raft.ServerID(id), 0, ApplyTimeout).Error(); err != nil {
 			return slot, fmt.Errorf("remove %s from raft: %w", id, err)
 		}
 	}

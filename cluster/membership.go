@@ -19,7 +19,7 @@ func (ms *membership) grpcAddrOf(id string) string {
 	n := ms.n
 	var recorded string
 	var holds bool
-	n.fsm.view(func(s *state) { recorded, holds = s.Nodes[id].GRPCAddr, s.slotOf(id) >= 0 })
+	n.fsm.view(func(s *State) { recorded, holds = s.Nodes[id].GRPCAddr, s.SlotOf(id) >= 0 })
 	if holds && recorded != "" {
 		return recorded
 	}
@@ -148,8 +148,8 @@ func (ms *membership) list() ([]MemberInfo, string) {
 		return m
 	}
 	now := n.clock.Now()
-	n.fsm.view(func(s *state) {
-		for _, id := range s.sortedNodeIDs() {
+	n.fsm.view(func(s *State) {
+		for _, id := range s.SortedNodeIDs() {
 			info := s.Nodes[id]
 			m := get(id)
 			m.Name, m.RaftAddr, m.GossipAddr, m.GRPCAddr, m.HTTPAddr = info.Name, info.RaftAddr, info.GossipAddr, info.GRPCAddr, info.HTTPAddr

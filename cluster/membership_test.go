@@ -343,7 +343,7 @@ func TestWipedNodeAtTheOldRaftAddressFreesTheOldID(t *testing.T) {
 						continue
 					}
 					holder := ""
-					n.fsm.view(func(st *state) { holder = st.Slots[oldSlot].Owner })
+					n.fsm.view(func(st *State) { holder = st.Slots[oldSlot].Owner })
 					return !n.members.inRaftConfig(oldID) && holder != oldID
 				}
 				return false

@@ -259,7 +259,7 @@ func (n *Node) ServerHost(host string) bool {
 	set := n.hosts.Load()
 	if set == nil || time.Since(set.at) >= time.Second {
 		var nodes []NodeInfo
-		n.fsm.view(func(s *state) { nodes = slices.Collect(maps.Values(s.Nodes)) })
+		n.fsm.view(func(s *State) { nodes = slices.Collect(maps.Values(s.Nodes)) })
 		var heard []string
 		if g := n.gossipOpen.Load(); g != nil {
 			for _, m := range g.snapshot() {
@@ -290,7 +290,7 @@ func serverHosts(nodes []NodeInfo, addrs ...[]string) map[netip.Addr]bool {
 		}
 	}
 	for _, n := range nodes {
-		for _, a := range n.addrs() {
+		for _, a := range n.Addrs() {
 			add(a)
 		}
 	}
@@ -333,7 +333,7 @@ func (n *Node) Status() Status {
 		dc := n.cfg.Datacenter
 		st.ConfiguredLayout, st.Datacenter = n.cfg.Layout, &dc
 	}
-	n.fsm.view(func(s *state) { st.GrantedWindows = s.grantedWindows() })
+	n.fsm.view(func(s *State) { st.GrantedWindows = s.GrantedWindows() })
 	n.ident.conflicts.Range(func(k, _ any) bool {
 		st.ConflictingClusters = append(st.ConflictingClusters, k.(string))
 		return true
@@ -354,12 +354,12 @@ func (n *Node) Members() ([]MemberInfo, string) { return n.members.list() }
 // largest Granted is sound).
 func (n *Node) History(ctx context.Context) ([]Tenure, error) {
 	if n.rs.raft.State() == raft.Leader {
-		if err := n.barriers.wait(ctx, func() error { return n.rs.raft.Barrier(applyTimeout).Error() }); err != nil {
+		if err := n.barriers.wait(ctx, func() error { return n.rs.raft.Barrier(ApplyTimeout).Error() }); err != nil {
 			return nil, fmt.Errorf("history: %w", err)
 		}
 	}
 	var out []Tenure
-	n.fsm.view(func(s *state) { out = append(out, s.Tenures...) })
+	n.fsm.view(func(s *State) { out = append(out, s.Tenures...) })
 	return out, nil
 }
 
@@ -447,7 +447,7 @@ func (n *Node) Remove(ctx context.Context, node string) (string, int, error) {
 	if id == n.id {
 		return "", -1, ErrRemoveSelf
 	}
-	r, err := n.proposer.propose(ctx, command{Type: cmdRemove, NodeID: id})
+	r, err := n.proposer.propose(ctx, Command{Type: CmdRemove, NodeID: id})
 	return id, r.Slot, err
 }
 
@@ -468,7 +468,7 @@ func (n *Node) Leave(ctx context.Context) error {
 		g.Revoke(errors.New("node is leaving"))
 		// A tenure that is no longer current needs no release: the slot
 		// moved on without it.
-		c := command{Type: cmdRelease, NodeID: n.id, Tenure: n.agent.tenure.Load()}
+		c := Command{Type: CmdRelease, NodeID: n.id, Tenure: n.agent.tenure.Load()}
 		if _, err := n.proposer.propose(ctx, c); err != nil && !errors.Is(err, ErrNotOwner) {
 			n.leaving.Store(false)
 			return fmt.Errorf("release slot: %w", err)
@@ -484,7 +484,7 @@ func (n *Node) Leave(ctx context.Context) error {
 		// The new leader removes this node; a removed node cannot learn of its
 		// own removal from the log, so it waits for the leader's answer.
 		err := retry(ctx, 200*time.Millisecond, func() error {
-			_, err := n.proposer.propose(ctx, command{Type: cmdRemove, NodeID: n.id})
+			_, err := n.proposer.propose(ctx, Command{Type: CmdRemove, NodeID: n.id})
 			return err
 		})
 		if err != nil && !errors.Is(err, ErrUnknownNode) {
@@ -509,7 +509,7 @@ func (n *Node) Withdrawn(id int64) bool {
 	if err != nil {
 		return true
 	}
-	return n.agent.withdrawn.covers(p.Slot, p.Timestamp)
+	return n.agent.withdrawn.Covers(p.Slot, p.Timestamp)
 }
 
 // SightedCopy takes a peer's hint that a process of this node's identity,

@@ -13,10 +13,10 @@ import (
 // forwarded otherwise (proposeRoute and acceptAnswer decide, decide.go). Any
 // error means the outcome is unknown or refused; callers treat both as "not
 // granted".
-func (pr *proposer) propose(ctx context.Context, c command) (result, error) {
+func (pr *proposer) propose(ctx context.Context, c Command) (Result, error) {
 	n := pr.n
 	c.SentAt = n.clock.Now().UnixNano()
-	in := proposeIn{Conflict: n.ident.conflictErr(), CanForward: n.cfg.Forwarder != nil}
+	in := ProposeIn{Conflict: n.ident.conflictErr(), CanForward: n.cfg.Forwarder != nil}
 	if in.Conflict == nil {
 		in.Own = n.ident.ownCluster()
 		in.Leader = n.rs.raft.State() == raft.Leader
@@ -29,32 +29,32 @@ func (pr *proposer) propose(ctx context.Context, c command) (result, error) {
 	}
 	c.ClusterID = in.Own
 	_, c.Protocol, _ = n.versions.clusterProtocol()
-	switch rt, err := proposeRoute(in); rt {
-	case routeLocal:
+	switch rt, err := ProposeRoute(in); rt {
+	case RouteLocal:
 		return n.gate.handle(ctx, c)
-	case routeRefuse:
-		return result{}, err
+	case RouteRefuse:
+		return Result{}, err
 	}
-	data, err := encodeCommand(c)
+	data, err := EncodeCommand(c)
 	if err != nil {
-		return result{}, err
+		return Result{}, err
 	}
 	fctx, stop := pr.whileLeader(ctx, in.LeaderID)
 	out, err := n.cfg.Forwarder.Forward(fctx, in.LeaderAddr, data)
 	stop()
 	if err != nil {
 		if cause := context.Cause(fctx); errors.Is(cause, errLeaderMoved) && ctx.Err() == nil {
-			return result{}, fmt.Errorf("%w (%w)", cause, err)
+			return Result{}, fmt.Errorf("%w (%w)", cause, err)
 		}
-		return result{}, err
+		return Result{}, err
 	}
-	r, err := decodeResult(out)
+	r, err := DecodeResult(out)
 	if err != nil {
-		return result{}, err
+		return Result{}, err
 	}
-	if err := acceptAnswer(in.Own, in.LeaderAddr, r, n.cfg.protocols); err != nil {
+	if err := AcceptAnswer(in.Own, in.LeaderAddr, r, n.cfg.protocols); err != nil {
 		n.peerLog.Refused("answer:"+in.LeaderAddr, "ignored the leader's answer", "leader", in.LeaderID, "err", err)
-		return result{}, err
+		return Result{}, err
 	}
 	return r, nil
 }

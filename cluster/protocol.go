@@ -43,12 +43,12 @@ var ErrProtocol = errors.New("protocol version not spoken")
 // ProtocolRange is the protocol versions a node speaks.
 type ProtocolRange struct{ Min, Max int }
 
-// ownProtocols is what this build speaks.
-var ownProtocols = ProtocolRange{ProtocolMin, ProtocolMax}
+// OwnProtocols is what this build speaks.
+var OwnProtocols = ProtocolRange{ProtocolMin, ProtocolMax}
 
-// legacyProtocols is what a node that advertises no range speaks: the
+// LegacyProtocols is what a node that advertises no range speaks: the
 // releases before version 2.
-var legacyProtocols = ProtocolRange{1, 1}
+var LegacyProtocols = ProtocolRange{1, 1}
 
 func (r ProtocolRange) String() string {
 	if r.Min == r.Max {
@@ -57,26 +57,26 @@ func (r ProtocolRange) String() string {
 	return fmt.Sprintf("%d..%d", r.Min, r.Max)
 }
 
-// orLegacy is r, or legacyProtocols for a node that advertised none.
-func (r ProtocolRange) orLegacy() ProtocolRange {
+// OrLegacy is r, or legacyProtocols for a node that advertised none.
+func (r ProtocolRange) OrLegacy() ProtocolRange {
 	if r.Min <= 0 || r.Max < r.Min {
-		return legacyProtocols
+		return LegacyProtocols
 	}
 	return r
 }
 
 func (r ProtocolRange) speaks(v int) bool { return v >= r.Min && v <= r.Max }
 
-// intersect is the versions both r and o speak; ok is false when none.
-func (r ProtocolRange) intersect(o ProtocolRange) (ProtocolRange, bool) {
+// Intersect is the versions both r and o speak; ok is false when none.
+func (r ProtocolRange) Intersect(o ProtocolRange) (ProtocolRange, bool) {
 	out := ProtocolRange{max(r.Min, o.Min), min(r.Max, o.Max)}
 	return out, out.Min <= out.Max
 }
 
-// versionOf is the version a message says it is written in (0, from a
+// VersionOf is the version a message says it is written in (0, from a
 // release that writes none: version 1; a negative one stays what it is, and
 // no node speaks it).
-func versionOf(v int) int {
+func VersionOf(v int) int {
 	if v == 0 {
 		return 1
 	}
@@ -87,7 +87,7 @@ func versionOf(v int) int {
 // forward, an answer) that node from sent: refused unless this node speaks
 // v, with both versions and the node to upgrade named.
 func checkMessageVersion(what, from string, v int, own ProtocolRange) error {
-	v = versionOf(v)
+	v = VersionOf(v)
 	switch {
 	case v > own.Max:
 		return fmt.Errorf("%w: %s from %s is written in protocol %d, this node speaks %s; upgrade this node to a release "+
@@ -100,12 +100,12 @@ func checkMessageVersion(what, from string, v int, own ProtocolRange) error {
 	return nil
 }
 
-// joinProtocol is the leader's check of a node that would join a cluster
+// JoinProtocol is the leader's check of a node that would join a cluster
 // whose servers speak the common range cluster: the node must share a
 // version with them, or the cluster would have no version to run.
-func joinProtocol(node, cluster ProtocolRange) error {
-	node = node.orLegacy()
-	if _, ok := node.intersect(cluster); ok {
+func JoinProtocol(node, cluster ProtocolRange) error {
+	node = node.OrLegacy()
+	if _, ok := node.Intersect(cluster); ok {
 		return nil
 	}
 	if node.Max < cluster.Min {
@@ -116,17 +116,17 @@ func joinProtocol(node, cluster ProtocolRange) error {
 		"upgrade the cluster's nodes one at a time to a release that speaks both first", ErrProtocol, node, cluster)
 }
 
-// entryProtocol is the protocol version that introduced each entry type: a
+// EntryProtocol is the protocol version that introduced each entry type: a
 // leader writes an entry only while the cluster runs at least its version
 // (writable). Every type so far is version 1.
-var entryProtocol = map[commandType]int{
-	cmdInit: 1, cmdClaim: 1, cmdReserve: 1, cmdRelease: 1, cmdRemove: 1, cmdFence: 1,
+var EntryProtocol = map[CommandType]int{
+	CmdInit: 1, CmdClaim: 1, CmdReserve: 1, CmdRelease: 1, CmdRemove: 1, CmdFence: 1,
 }
 
-// writable is the leader's gate before it proposes an entry of type t in a
+// Writable is the leader's gate before it proposes an entry of type t in a
 // cluster running version running.
-func writable(t commandType, running int) error {
-	v, ok := entryProtocol[t]
+func Writable(t CommandType, running int) error {
+	v, ok := EntryProtocol[t]
 	if !ok {
 		return fmt.Errorf("%w: entry type %s has no protocol version", ErrProtocol, t)
 	}
@@ -137,15 +137,15 @@ func writable(t commandType, running int) error {
 	return nil
 }
 
-// protocolPollEvery is how often the leader asks every voter for its
+// ProtocolPollEvery is how often the leader asks every voter for its
 // Status (pollClocks), whatever else it heard from it: the ranges the
 // leader decides by are the ones the voters proved over the authenticated
 // transport, not what gossip says of them.
-const protocolPollEvery = 10 * time.Second
+const ProtocolPollEvery = 10 * time.Second
 
-// provenBook keeps each server's protocol range as its own authenticated
+// ProvenBook keeps each server's protocol range as its own authenticated
 // Status last said it (the leader's clock polls).
-type provenBook struct {
+type ProvenBook struct {
 	mu sync.Mutex
 	by map[string]provenRange
 }
@@ -155,7 +155,7 @@ type provenRange struct {
 	at time.Time
 }
 
-func (b *provenBook) prove(id string, r ProtocolRange) {
+func (b *ProvenBook) Prove(id string, r ProtocolRange) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.by == nil {
@@ -164,15 +164,15 @@ func (b *provenBook) prove(id string, r ProtocolRange) {
 	b.by[id] = provenRange{r, time.Now()}
 }
 
-// provenAt is when id last proved its range (zero: never).
-func (b *provenBook) provenAt(id string) time.Time {
+// ProvenAt is when id last proved its range (zero: never).
+func (b *ProvenBook) ProvenAt(id string) time.Time {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.by[id].at
 }
 
-// get is id's proven range, if it proved one within a minute.
-func (b *provenBook) get(id string) (ProtocolRange, bool) {
+// Get is id's proven range, if it proved one within a minute.
+func (b *ProvenBook) Get(id string) (ProtocolRange, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p, ok := b.by[id]

@@ -66,7 +66,7 @@ func (v *memberView) raftAnsweredSince(id string, t time.Time) bool {
 // or promoted.
 func (v *memberView) protocols() ProtocolRange {
 	if v.Protocols == (ProtocolRange{}) {
-		return ownProtocols
+		return OwnProtocols
 	}
 	return v.Protocols
 }
@@ -400,7 +400,7 @@ func (ls *leaderState) join(v *memberView, out []memberAction, id string, m goss
 		err = v.followsNoOther(st)
 	}
 	if err == nil {
-		err = joinProtocol(st.Protocols, v.protocols())
+		err = JoinProtocol(st.Protocols, v.protocols())
 	}
 	if err == nil {
 		err = canTakePart(st, v.Layout)
@@ -442,7 +442,7 @@ func (ls *leaderState) promotion(v *memberView, out []memberAction, id string, m
 		err = v.followsNoOther(st)
 	}
 	if err == nil {
-		err = joinProtocol(st.Protocols, v.protocols())
+		err = JoinProtocol(st.Protocols, v.protocols())
 	}
 	if err == nil {
 		err = canTakePart(st, v.Layout)

@@ -27,24 +27,24 @@ func (sh *simAgents) agent(n *simNode) {
 		sh.leaveRaft(n)
 		return
 	}
-	sh.drive(n, agentEvent{Kind: agentLook})
+	sh.drive(n, AgentEvent{Kind: AgentLook})
 }
 
 // drive is agent.go's agentShell.drive: a claim or a reserve goes out as a
 // proposal; an answer that comes later is stepped when it arrives
 // (answered).
-func (sh *simAgents) drive(n *simNode, ev agentEvent) {
+func (sh *simAgents) drive(n *simNode, ev AgentEvent) {
 	out := sh.agentStep(n, ev)
-	var c command
+	var c Command
 	switch {
 	case out.Claim:
 		l := simLayout
-		c = command{Type: cmdClaim, Node: &NodeInfo{ID: n.id, Name: n.name(), Datacenter: n.dc,
+		c = Command{Type: CmdClaim, Node: &NodeInfo{ID: n.id, Name: n.name(), Datacenter: n.dc,
 			GRPCAddr: grpcAddr(n.addr), RaftAddr: raftAddr(n.addr)}, Layout: &l}
 	case out.Reserve && n.gen != nil:
-		c = command{Type: cmdReserve, NodeID: n.id, Slot: n.gen.Slot(), Tenure: n.tenure, UpTo: out.UpTo}
+		c = Command{Type: CmdReserve, NodeID: n.id, Slot: n.gen.Slot(), Tenure: n.tenure, UpTo: out.UpTo}
 	case out.Start:
-		sh.drive(n, agentEvent{Kind: agentLook}) // the first reserve goes at once
+		sh.drive(n, AgentEvent{Kind: AgentLook}) // the first reserve goes at once
 		return
 	default:
 		return
@@ -57,30 +57,30 @@ func (sh *simAgents) drive(n *simNode, ev agentEvent) {
 
 // agentStep is agent.go's agentShell.step: the rule for ev (after an
 // answer, a look again), and what needs no leader carried out.
-func (sh *simAgents) agentStep(n *simNode, ev agentEvent) agentOut {
-	out := n.rule.step(ev, sh.agentInput(n))
-	if (ev.Kind == agentClaimAnswered || ev.Kind == agentReserveAnswered) && out.GaveUp == nil {
+func (sh *simAgents) agentStep(n *simNode, ev AgentEvent) AgentOut {
+	out := n.rule.Step(ev, sh.agentInput(n))
+	if (ev.Kind == AgentClaimAnswered || ev.Kind == AgentReserveAnswered) && out.GaveUp == nil {
 		sh.carryOut(n, out) // (an answer's worth: no grant)
-		out = n.rule.step(agentEvent{Kind: agentLook}, sh.agentInput(n))
+		out = n.rule.Step(AgentEvent{Kind: AgentLook}, sh.agentInput(n))
 	}
 	if !sh.carryOut(n, out) {
-		n.rule.step(agentEvent{Kind: agentStartFailed}, sh.agentInput(n))
-		return agentOut{}
+		n.rule.Step(AgentEvent{Kind: AgentStartFailed}, sh.agentInput(n))
+		return AgentOut{}
 	}
 	if out.Start {
-		sh.carryOut(n, n.rule.step(agentEvent{Kind: agentApplied}, sh.agentInput(n)))
+		sh.carryOut(n, n.rule.Step(AgentEvent{Kind: AgentApplied}, sh.agentInput(n)))
 	}
 	return out
 }
 
 // agentInput is the rule's input for n now (agent.go's agentShell.input).
-func (sh *simAgents) agentInput(n *simNode) agentIn {
-	in := agentIn{Now: sh.w.base.Add(sh.w.now), Leaving: n.leaving != 0, NeverClaim: n.stranger() && sh.w.cfg.legacy, // (a node under another layout never claims)
+func (sh *simAgents) agentInput(n *simNode) AgentIn {
+	in := AgentIn{Now: sh.w.base.Add(sh.w.now), Leaving: n.leaving != 0, NeverClaim: n.stranger() && sh.w.cfg.legacy, // (a node under another layout never claims)
 		Conflict: n.conflict, Running: n.gen != nil}
 	s := n.replica.state
-	in.Own, in.Applied, in.Held = ownTenure(s, n.id, n.rule.Tenure())
+	in.Own, in.Applied, in.Held = OwnTenure(s, n.id, n.rule.Tenure())
 	if g := n.gen; g != nil {
-		in.Slot, in.Granted, in.Head, in.Lead = g.Slot(), g.Granted(), g.Head(), unitsCeil(simLead, simUnit)
+		in.Slot, in.Granted, in.Head, in.Lead = g.Slot(), g.Granted(), g.Head(), UnitsCeil(simLead, simUnit)
 		if g.Slot() < len(s.Slots) {
 			in.SlotOwner, in.SlotTenure = s.Slots[g.Slot()].Owner, s.Slots[g.Slot()].Tenure
 		}
@@ -89,7 +89,7 @@ func (sh *simAgents) agentInput(n *simNode) agentIn {
 }
 
 // carryOut is agent.go's agentShell.carryOut; false when a start failed.
-func (sh *simAgents) carryOut(n *simNode, out agentOut) bool {
+func (sh *simAgents) carryOut(n *simNode, out AgentOut) bool {
 	switch {
 	case out.GaveUp != nil:
 		sh.w.logf("%s gives up its claim: %v", n.name(), out.GaveUp)
@@ -120,7 +120,7 @@ func (sh *simAgents) carryOut(n *simNode, out agentOut) bool {
 		}
 		g.Grant(out.Granted)
 		n.gen, n.tenure = g, out.Tenure
-		n.minted = mintedTenure{slot: out.Slot, tenure: out.Tenure}
+		n.minted = MintedTenure{Slot: out.Slot, Tenure: out.Tenure}
 		sh.w.logf("%s starts slot %d tenure %d floor %d granted %d", n.name(), out.Slot, out.Tenure, out.Floor, out.Granted)
 	}
 	if n.gen != nil && out.Grant > n.gen.Granted() {
@@ -131,26 +131,26 @@ func (sh *simAgents) carryOut(n *simNode, out agentOut) bool {
 
 // answered steps the agent's rule for an answer to its claim or reserve
 // (agent.go's agentShell.drive), or ends a leave's release.
-func (sh *simAgents) answered(n *simNode, c command, r result, err error) {
+func (sh *simAgents) answered(n *simNode, c Command, r Result, err error) {
 	switch c.Type {
-	case cmdClaim:
+	case CmdClaim:
 		if sh.w.cfg.faults.trustAnswers && err == nil && n.gen == nil {
 			// (Planted: the generator starts from the answer, not the replica.)
-			n.rule.step(agentEvent{Kind: agentClaimAnswered, Tenure: r.Tenure}, sh.agentInput(n))
-			sh.carryOut(n, agentOut{Start: true, Tenure: r.Tenure, Slot: r.Slot, Floor: r.Floor, Granted: r.Granted})
-			sh.drive(n, agentEvent{Kind: agentLook})
+			n.rule.Step(AgentEvent{Kind: AgentClaimAnswered, Tenure: r.Tenure}, sh.agentInput(n))
+			sh.carryOut(n, AgentOut{Start: true, Tenure: r.Tenure, Slot: r.Slot, Floor: r.Floor, Granted: r.Granted})
+			sh.drive(n, AgentEvent{Kind: AgentLook})
 			return
 		}
-		sh.drive(n, agentEvent{Kind: agentClaimAnswered, Tenure: r.Tenure, Err: err})
-	case cmdReserve:
+		sh.drive(n, AgentEvent{Kind: AgentClaimAnswered, Tenure: r.Tenure, Err: err})
+	case CmdReserve:
 		if n.gen == nil || c.Tenure != n.tenure {
 			return
 		}
 		if err == nil && sh.w.cfg.faults.trustAnswers && r.Granted > n.gen.Granted() {
 			n.gen.Grant(r.Granted) // (planted: the answer grants)
 		}
-		sh.drive(n, agentEvent{Kind: agentReserveAnswered, Tenure: c.Tenure, UpTo: c.UpTo, Granted: r.Granted, Err: err})
-	case cmdRelease:
+		sh.drive(n, AgentEvent{Kind: AgentReserveAnswered, Tenure: c.Tenure, UpTo: c.UpTo, Granted: r.Granted, Err: err})
+	case CmdRelease:
 		// Leave: a release refused as "not owner" needs none (the slot moved
 		// on); any other error ends the leave and the node serves on.
 		if err != nil && !errors.Is(err, ErrNotOwner) {
@@ -170,7 +170,7 @@ func (sh *simAgents) leave(n *simNode) {
 	g.Revoke(errors.New("node is leaving"))
 	n.gen, n.leaving = nil, 1
 	sh.w.logf("%s leaves, releasing slot %d tenure %d", n.name(), g.Slot(), n.tenure)
-	c := command{Type: cmdRelease, NodeID: n.id, Tenure: n.tenure}
+	c := Command{Type: CmdRelease, NodeID: n.id, Tenure: n.tenure}
 	later, r, err := sh.w.net.propose(n, c)
 	if !later {
 		sh.answered(n, c, r, err)
@@ -186,7 +186,7 @@ func (sh *simAgents) leaveRaft(n *simNode) {
 	if l == nil || !l.ready || !l.awake() || !c.quorum() {
 		return
 	}
-	idx, res := c.appendEntry(command{Type: cmdRemove, NodeID: n.id, ClusterID: c.id})
+	idx, res := c.appendEntry(Command{Type: CmdRemove, NodeID: n.id, ClusterID: c.id})
 	l.catchUp(int(idx))
 	c.removeMember(n.id)
 	sh.w.logf("%s removes leaving %s at %d: %v", l.name(), n.name(), idx, res)
@@ -256,7 +256,7 @@ func (cs *simClients) takeBuffered(n *simNode) (simBatchOf, bool) {
 	for len(n.buf) > 0 {
 		b := n.buf[0]
 		n.buf = n.buf[1:]
-		if !n.withdrawn.covers(b.slot, simStamp(b.ids[0])) {
+		if !n.withdrawn.Covers(b.slot, simStamp(b.ids[0])) {
 			return b, true
 		}
 		cs.withdrawn += len(b.ids)

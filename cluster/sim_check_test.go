@@ -30,7 +30,7 @@ type simChecker struct {
 // and inside the window its own cluster's log granted to the tenure that
 // minted it.
 func (ck *simChecker) handOut(n *simNode, b simBatchOf) {
-	tr := b.cl.truth.state.tenure(b.slot, b.tenure)
+	tr := b.cl.truth.state.FindTenure(b.slot, b.tenure)
 	for _, id := range b.ids {
 		ts := simStamp(id)
 		slot := int(id>>simLayout.SequenceBits) & (simLayout.Slots() - 1)
@@ -136,14 +136,14 @@ func (ck *simChecker) nodeLiveProblem(n *simNode) string {
 		n.noRoom = false
 		return fmt.Sprintf("%s's cluster %s has no Init in its log: every claim is refused", n.name(), n.cl.id)
 	}
-	i := s.slotOf(n.id)
+	i := s.SlotOf(n.id)
 	g := n.gen
 	if i < 0 || g == nil || g.Cursor() < g.Granted() {
 		n.noRoom = false
 	}
 	switch {
 	case i < 0:
-		if free := s.freeSlot(-1); free >= 0 {
+		if free := s.FreeSlot(-1); free >= 0 {
 			return fmt.Sprintf("%s holds no slot while slot %d is free", n.name(), free)
 		}
 	case g == nil || n.tenure != s.Slots[i].Tenure:

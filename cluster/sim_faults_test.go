@@ -60,7 +60,7 @@ func (fp *simFaultPlan) wipe(n *simNode) {
 	n.replica, n.applied, n.cl, n.conflict = newFSM(), 0, nil, false
 	n.snap, n.snapAt = nil, 0
 	n.up = true
-	n.believed, n.rule = nil, slotAgent{}
+	n.believed, n.rule = nil, SlotAgent{}
 	fp.w.logf("%s is wiped", n.name())
 	doomed := fp.w.cfg.doomed && old == fp.w.cls[0]
 	if doomed && fp.replacement == nil {
@@ -220,7 +220,7 @@ func (fp *simFaultPlan) fenceMet(c *simCluster) {
 	if l == nil || !l.ready || !l.awake() || l.conflict || !o.quorum() {
 		return
 	}
-	proofs := []foreignProof{{id: c.id, cluster: c.id, slot: -1, windows: c.truth.state.grantedWindows(), layout: simLayout}}
+	proofs := []foreignProof{{id: c.id, cluster: c.id, slot: -1, windows: c.truth.state.GrantedWindows(), layout: simLayout}}
 	for _, n := range fp.w.nodes {
 		if n.cl == c && n.up && n.gen != nil {
 			proofs = append(proofs, foreignProof{id: n.id, cluster: c.id, slot: n.gen.Slot(), granted: n.gen.Granted(), layout: simLayout})

@@ -47,13 +47,13 @@ func (ld *simLeaders) establish(l *simNode) {
 		err = founderCheck(simLayout, now, ct, known, simMaxSkew)
 	}
 	if l.replica.state.Layout == nil && err == nil {
-		c := initCommand(simLayout, fmt.Sprintf("%s-%08x", l.cl.id, ld.w.r.Uint32()), ct, simMaxAhead)
+		c := InitCommand(simLayout, fmt.Sprintf("%s-%08x", l.cl.id, ld.w.r.Uint32()), ct, simMaxAhead)
 		quorum := l.cl.quorum()
 		failed := !quorum || (ld.w.quietAt == 0 && ld.w.r.Float64() < ld.w.cfg.initFail)
 		if quorum && (!failed || ld.w.r.Intn(2) == 0) {
 			idx, res := l.cl.appendEntry(c)
 			l.catchUp(int(idx))
-			_, err = appliedResult(c.Type, idx, res)
+			_, err = AppliedResult(c.Type, idx, res)
 			ld.w.logf("%s commits init of %s at %d: %v", l.name(), c.ClusterID, idx, res)
 		}
 		switch {
@@ -64,7 +64,7 @@ func (ld *simLeaders) establish(l *simNode) {
 			err = fmt.Errorf("raft apply %s: %w", c.Type, raft.ErrEnqueueTimeout)
 		}
 	}
-	again, wait := establishNext(err, l.initWait)
+	again, wait := EstablishNext(err, l.initWait)
 	if again {
 		l.initWait, l.initAt = wait, ld.w.now+wait
 		ld.w.logf("%s establish failed, retrying in %v: %v", l.name(), wait, err)
@@ -87,44 +87,44 @@ func (ld *simLeaders) clusterNow(l *simNode, now time.Time) (time.Time, bool) {
 		others = append(others, m)
 		// (gone is not modelled here: a voter the world's gossip shows gone
 		// is awaited, as a live one that has not reported is.)
-		if clockAwaited(len(l.clocks.byID([]string{m}, real, clockSampleTTL)) > 0, false, founded) {
+		if ClockAwaited(len(l.clocks.ByID([]string{m}, real, ClockSampleTTL)) > 0, false, founded) {
 			awaited++
 		}
 	}
-	est, quorum := clockQuorum(l.clocks.byID(others, real, clockSampleTTL), awaited, led, clockSampleTTL)
-	return clusterTime(now, est, quorum)
+	est, quorum := ClockQuorum(l.clocks.ByID(others, real, ClockSampleTTL), awaited, led, ClockSampleTTL)
+	return ClusterTime(now, est, quorum)
 }
 
 // handle is the leader's side of a command (apply.go's handle and
 // leaderApply, with Raft modelled): handleCheck, leaderCheck, appliedResult
 // and leaderAnswer decide.
-func (ld *simLeaders) handle(l *simNode, c command) (result, error) {
+func (ld *simLeaders) handle(l *simNode, c Command) (Result, error) {
 	current := l.cl.leader == l
 	if current && l.ready {
 		l.catchUp(len(l.cl.log)) // a leader applies what it commits
 	}
-	h, err := handleCheck(l.replica.state, c, l.ready)
+	h, err := HandleCheck(l.replica.state, c, l.ready)
 	if err != nil {
-		return result{}, err
+		return Result{}, err
 	}
-	if h != handleApply {
-		return result{}, fmt.Errorf("command %s is not forwarded in the simulated world", c.Type)
+	if h != HandleApply {
+		return Result{}, fmt.Errorf("command %s is not forwarded in the simulated world", c.Type)
 	}
 	now := l.clock().Now()
-	in := leaderIn{Now: now, Member: c.Type != cmdClaim || l.cl.member(c.Node.ID), MaxAhead: simMaxAhead, MaxSkew: simMaxSkew}
-	if c.Type == cmdClaim && !in.Member && ld.w.cfg.faults.adoptForwards {
+	in := LeaderIn{Now: now, Member: c.Type != CmdClaim || l.cl.member(c.Node.ID), MaxAhead: simMaxAhead, MaxSkew: simMaxSkew}
+	if c.Type == CmdClaim && !in.Member && ld.w.cfg.faults.adoptForwards {
 		in.Member = true // (a voter it cannot reach would cost it its quorum)
 	}
 	real := ld.w.base.Add(ld.w.now)
-	if reportsClock(l.replica.state, c, l.cl.member(c.nodeID()) || in.Member && c.Type == cmdClaim) {
-		l.clocks.observe(c.nodeID(), clockSample{reported: time.Unix(0, c.SentAt), leader: now, at: real})
+	if ReportsClock(l.replica.state, c, l.cl.member(c.SpeaksFor()) || in.Member && c.Type == CmdClaim) {
+		l.clocks.Observe(c.SpeaksFor(), ClockSample{Reported: time.Unix(0, c.SentAt), Leader: now, At: real})
 	}
 	in.ClusterNow, in.Known = ld.clusterNow(l, now)
-	d := leaderCheck(l.replica.state, c, in)
+	d := LeaderCheck(l.replica.state, c, in)
 	if d.Handoff && current {
 		ld.handoff(l)
 	}
-	if current && errors.Is(d.Err, ErrNotOwner) && l.cl.truth.state.holds(c.NodeID, c.Slot, c.Tenure) {
+	if current && errors.Is(d.Err, ErrNotOwner) && l.cl.truth.state.Holds(c.NodeID, c.Slot, c.Tenure) {
 		// A deposed leader may not know the claims its successor committed,
 		// but the current one answers from its whole log (past its
 		// Barrier): a false "not owner" from it is a leader reading a stale
@@ -134,7 +134,7 @@ func (ld *simLeaders) handle(l *simNode, c command) (result, error) {
 			"which its cluster's log shows as current: %v", l.name(), l.cl.id, c.NodeID, c.Slot, c.Tenure, d.Err)
 	}
 	if d.Err != nil {
-		return result{}, d.Err
+		return Result{}, d.Err
 	}
 	if !d.Propose {
 		return d.Answer, nil
@@ -143,33 +143,33 @@ func (ld *simLeaders) handle(l *simNode, c command) (result, error) {
 		// Raft commits nothing without a quorum of its configuration; the
 		// leader steps down when its lease runs out.
 		l.stepDown()
-		return leaderAnswer(d, result{}), fmt.Errorf("raft apply %s: %w", c.Type, raft.ErrLeadershipLost)
+		return LeaderAnswer(d, Result{}), fmt.Errorf("raft apply %s: %w", c.Type, raft.ErrLeadershipLost)
 	}
 	if !current {
 		// A deposed leader's entry may still be committed by its successor,
 		// but its caller hears only that leadership was lost.
 		if ld.w.r.Intn(2) == 0 && l.cl.quorum() {
 			idx, _ := l.cl.appendEntry(d.Cmd)
-			ld.w.logf("%s (deposed) proposed %s of %s: committed at %d", l.name(), d.Cmd.Type, d.Cmd.nodeID(), idx)
+			ld.w.logf("%s (deposed) proposed %s of %s: committed at %d", l.name(), d.Cmd.Type, d.Cmd.SpeaksFor(), idx)
 		}
-		return leaderAnswer(d, result{}), fmt.Errorf("raft apply %s: %w", c.Type, raft.ErrLeadershipLost)
+		return LeaderAnswer(d, Result{}), fmt.Errorf("raft apply %s: %w", c.Type, raft.ErrLeadershipLost)
 	}
 	idx, res := l.cl.appendEntry(d.Cmd)
 	l.catchUp(int(idx))
-	ld.w.logf("%s commits %s of %s at %d: %v", l.name(), d.Cmd.Type, d.Cmd.nodeID(), idx, res)
-	r, err := appliedResult(d.Cmd.Type, idx, res)
-	return leaderAnswer(d, r), err
+	ld.w.logf("%s commits %s of %s at %d: %v", l.name(), d.Cmd.Type, d.Cmd.SpeaksFor(), idx, res)
+	r, err := AppliedResult(d.Cmd.Type, idx, res)
+	return LeaderAnswer(d, r), err
 }
 
 // applyForwarded is ApplyForwarded in front of handle: forwardCheck decides.
-func (ld *simLeaders) applyForwarded(l *simNode, c command) (result, error) {
-	in := forwardIn{Leader: l.believesLeader(), Own: l.ownCluster(), Speaks: ownProtocols}
+func (ld *simLeaders) applyForwarded(l *simNode, c Command) (Result, error) {
+	in := ForwardIn{Leader: l.believesLeader(), Own: l.ownCluster(), Speaks: OwnProtocols}
 	if l.conflict {
 		in.Conflict = ErrClusterConflict
 	}
-	if err := forwardCheck(in, c, nil); err != nil {
+	if err := ForwardCheck(in, c, nil); err != nil {
 		if !errors.Is(err, ErrWrongCluster) || !ld.w.cfg.faults.adoptForwards {
-			return result{}, err
+			return Result{}, err
 		}
 		c.ClusterID = in.Own
 	}
@@ -213,8 +213,8 @@ func (ld *simLeaders) sweep(c *simCluster) {
 		}
 	}
 	st := l.replica.state
-	v.Holders = st.holders()
-	for _, id := range st.sortedNodeIDs() {
+	v.Holders = st.Holders()
+	for _, id := range st.SortedNodeIDs() {
 		v.StateAddr[id] = st.Nodes[id].GRPCAddr
 		if !c.member(id) && id != l.id {
 			v.StateOnly = append(v.StateOnly, id)
@@ -243,7 +243,7 @@ func (ld *simLeaders) sweep(c *simCluster) {
 		ld.memberActs[a.Kind]++
 		switch a.Kind {
 		case actReap:
-			idx, res := c.appendEntry(command{Type: cmdRemove, NodeID: a.ID, ClusterID: c.id})
+			idx, res := c.appendEntry(Command{Type: CmdRemove, NodeID: a.ID, ClusterID: c.id})
 			c.removeMember(a.ID)
 			l.catchUp(int(idx))
 			l.ls.reaped(a.ID)
@@ -276,7 +276,7 @@ func (ld *simLeaders) sweep(c *simCluster) {
 // for their Status, and statusClock decides which answers count.
 func (ld *simLeaders) pollClocks(c *simCluster, l *simNode) {
 	real := ld.w.base.Add(ld.w.now)
-	for _, id := range clockPollTargets(c.voters(), l.id, l.clocks.heardSince, real, clockPollEvery) {
+	for _, id := range ClockPollTargets(c.voters(), l.id, l.clocks.HeardSince, real, ClockPollEvery) {
 		var addr string
 		for _, n := range ld.w.nodes {
 			if n.id == id {
@@ -288,7 +288,7 @@ func (ld *simLeaders) pollClocks(c *simCluster, l *simNode) {
 			continue
 		}
 		if s, ok := statusClock(id, l.ownCluster(), st, l.clock().Now(), real); ok {
-			l.clocks.observe(id, s)
+			l.clocks.Observe(id, s)
 		}
 	}
 }

@@ -30,11 +30,11 @@ type simMsg struct {
 	at      time.Duration
 	to      int // address
 	forward bool
-	c       command
+	c       Command
 	req     int
 	from    int // sender's address and life, for the answer
 	life    int
-	r       result
+	r       Result
 	err     error
 	// forged: a forward no agent sent (a buggy or hostile peer's), which
 	// every leader must refuse.
@@ -43,7 +43,7 @@ type simMsg struct {
 
 type simReq struct {
 	id       int
-	c        command
+	c        Command
 	deadline time.Duration
 }
 
@@ -51,9 +51,9 @@ type simReq struct {
 // it is handled here (n acts as leader) or forwarded to the leader n
 // believes in. It reports whether an answer will come later (the request is
 // then pending); deliver checks it with acceptAnswer.
-func (net *simNet) propose(n *simNode, c command) (later bool, r result, err error) {
+func (net *simNet) propose(n *simNode, c Command) (later bool, r Result, err error) {
 	c.SentAt = n.clock().Now().UnixNano()
-	in := proposeIn{Own: n.ownCluster(), Leader: n.believesLeader(), CanForward: true}
+	in := ProposeIn{Own: n.ownCluster(), Leader: n.believesLeader(), CanForward: true}
 	if n.conflict {
 		in.Conflict = ErrClusterConflict
 	}
@@ -61,17 +61,17 @@ func (net *simNet) propose(n *simNode, c command) (later bool, r result, err err
 		in.LeaderID, in.LeaderAddr = b.id, fmt.Sprint(b.addr)
 	}
 	c.ClusterID = in.Own
-	switch rt, err := proposeRoute(in); rt {
-	case routeLocal:
+	switch rt, err := ProposeRoute(in); rt {
+	case RouteLocal:
 		r, err = net.w.lead.handle(n, c)
 		return false, r, err
-	case routeRefuse:
-		return false, result{}, err
+	case RouteRefuse:
+		return false, Result{}, err
 	}
 	net.nextID++
 	n.pending = &simReq{id: net.nextID, c: c, deadline: net.w.now + simTimeout}
 	net.send(&simMsg{to: n.believed.addr, forward: true, c: c, req: net.nextID, from: n.addr, life: n.life})
-	return true, result{}, nil
+	return true, Result{}, nil
 }
 
 func (net *simNet) send(m *simMsg) {
@@ -115,13 +115,13 @@ func (net *simNet) deliver() bool {
 	}
 	if m.forward {
 		r, err := net.w.lead.applyForwarded(n, m.c)
-		net.w.logf("%s answers %s of %s: %+v %v", n.name(), m.c.Type, m.c.nodeID(), r, err)
+		net.w.logf("%s answers %s of %s: %+v %v", n.name(), m.c.Type, m.c.SpeaksFor(), r, err)
 		if errors.Is(err, ErrWrongCluster) {
 			net.wrongCluster++
 		}
 		if m.forged {
 			if err == nil {
-				net.w.fail("%s took a forged %s of %s (datacenter %d): %+v", n.name(), m.c.Type, m.c.nodeID(), m.c.Node.Datacenter, r)
+				net.w.fail("%s took a forged %s of %s (datacenter %d): %+v", n.name(), m.c.Type, m.c.SpeaksFor(), m.c.Node.Datacenter, r)
 			}
 			if errors.Is(err, ErrBadCommand) {
 				net.forgedRefused++ // by the layout checks, not for want of a leader
@@ -138,7 +138,7 @@ func (net *simNet) deliver() bool {
 	n.pending = nil
 	r, err := m.r, m.err
 	if err == nil && !net.w.cfg.faults.trustAnswers {
-		err = acceptAnswer(n.ownCluster(), fmt.Sprint(m.from), r, ownProtocols)
+		err = AcceptAnswer(n.ownCluster(), fmt.Sprint(m.from), r, OwnProtocols)
 	}
 	net.w.agents.answered(n, c, r, err)
 	return true
@@ -186,7 +186,7 @@ func (net *simNet) probe(addr string) (Status, error) {
 		}
 		dc := n.dc
 		return Status{ID: n.id, RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(), AppliedIndex: uint64(n.applied),
-			LastIndex: uint64(n.applied), Leaving: n.leaving != 0, Protocols: ownProtocols, Clock: n.clock().Now().UnixNano(),
+			LastIndex: uint64(n.applied), Leaving: n.leaving != 0, Protocols: OwnProtocols, Clock: n.clock().Now().UnixNano(),
 			Datacenter: &dc}, nil
 	}
 	return Status{}, errors.New("no such address")

@@ -218,8 +218,8 @@ func TestNotOwnerAnswerIsAHint(t *testing.T) {
 		t.Fatalf("no follower runs a generator after %d events (err %v)\n%s", w.events, w.err, w.traceText())
 	}
 	slot, tenure := n.gen.Slot(), n.tenure
-	c := command{Type: cmdReserve, NodeID: n.id, Slot: slot, Tenure: tenure, UpTo: n.gen.Granted() + 10}
-	w.agents.answered(n, c, result{}, fmt.Errorf("%w: node %s does not hold slot %d under tenure %d", ErrNotOwner, n.id, slot, tenure))
+	c := Command{Type: CmdReserve, NodeID: n.id, Slot: slot, Tenure: tenure, UpTo: n.gen.Granted() + 10}
+	w.agents.answered(n, c, Result{}, fmt.Errorf("%w: node %s does not hold slot %d under tenure %d", ErrNotOwner, n.id, slot, tenure))
 	if w.err != nil {
 		t.Fatalf("%v\n%s", w.err, w.traceText())
 	}
@@ -228,7 +228,7 @@ func TestNotOwnerAnswerIsAHint(t *testing.T) {
 	}
 	// The replica still decides: once it shows the tenure ended, the
 	// generator stops.
-	if _, res := n.cl.appendEntry(command{Type: cmdRelease, NodeID: n.id, Tenure: tenure, ClusterID: n.cl.id}); res != (result{Slot: slot}) {
+	if _, res := n.cl.appendEntry(Command{Type: CmdRelease, NodeID: n.id, Tenure: tenure, ClusterID: n.cl.id}); res != (Result{Slot: slot}) {
 		t.Fatalf("release of tenure %d: %v", tenure, res)
 	}
 	n.catchUp(len(n.cl.log)) // the apply stops it (stopIfEnded)

@@ -16,16 +16,16 @@ import (
 // Unavailable.
 var ErrNotInitialized = errors.New("cluster state not initialized yet")
 
-// slotState is one slot of the replicated state.
-type slotState struct {
+// SlotState is one slot of the replicated state.
+type SlotState struct {
 	Owner     string `json:"owner,omitempty"`
 	HighWater int64  `json:"high_water"`
 	// Tenure is the current claim's identity (its log index), 0 when free.
 	Tenure uint64 `json:"tenure_id,omitempty"`
 }
 
-// state is the replicated state machine's data (cluster/DESIGN.md explains it).
-type state struct {
+// State is the replicated State machine's data (cluster/DESIGN.md explains it).
+type State struct {
 	// Index is the Raft index of the last entry applied.
 	Index uint64 `json:"index"`
 	// ClusterID and Created (Unix ns) come from Init: the cluster's identity.
@@ -33,13 +33,13 @@ type state struct {
 	Created   int64               `json:"created,omitempty"`
 	Layout    *generator.Layout   `json:"layout,omitempty"`
 	Nodes     map[string]NodeInfo `json:"nodes"`
-	Slots     []slotState         `json:"slots"`
+	Slots     []SlotState         `json:"slots"`
 	Tenures   []Tenure            `json:"tenures"`
 }
 
-func newState() *state { return &state{Nodes: map[string]NodeInfo{}} }
+func NewState() *State { return &State{Nodes: map[string]NodeInfo{}} }
 
-func (s *state) slotOf(nodeID string) int {
+func (s *State) SlotOf(nodeID string) int {
 	for i, sl := range s.Slots {
 		if sl.Owner == nodeID {
 			return i
@@ -48,13 +48,13 @@ func (s *state) slotOf(nodeID string) int {
 	return -1
 }
 
-func (s *state) clone() *state {
-	c := &state{
+func (s *State) Clone() *State {
+	c := &State{
 		Index:     s.Index,
 		ClusterID: s.ClusterID,
 		Created:   s.Created,
 		Nodes:     make(map[string]NodeInfo, len(s.Nodes)),
-		Slots:     append([]slotState(nil), s.Slots...),
+		Slots:     append([]SlotState(nil), s.Slots...),
 		Tenures:   append([]Tenure(nil), s.Tenures...),
 	}
 	if s.Layout != nil {
@@ -67,16 +67,16 @@ func (s *state) clone() *state {
 	return c
 }
 
-// admit checks a command against the state's layout: validate's shape checks
+// Admit checks a command against the state's layout: validate's shape checks
 // plus every field Apply would use as an index or a bound (datacenter, slot,
 // timestamps). The leader calls it before proposing and apply calls it again,
 // so the two cannot differ; a refused command changes nothing. Ownership and
-// tenures are not admit's business: apply answers those with ErrNotOwner.
-func (s *state) admit(c command) error {
-	if err := c.validate(); err != nil {
+// tenures are not Admit's business: apply answers those with ErrNotOwner.
+func (s *State) Admit(c Command) error {
+	if err := c.Validate(); err != nil {
 		return err
 	}
-	if c.Type == cmdInit {
+	if c.Type == CmdInit {
 		return nil // its layout is its own, checked by validate
 	}
 	if c.ClusterID != "" && s.ClusterID != "" && c.ClusterID != s.ClusterID {
@@ -85,15 +85,15 @@ func (s *state) admit(c command) error {
 	}
 	if s.Layout == nil {
 		switch c.Type {
-		case cmdClaim, cmdFence:
+		case CmdClaim, CmdFence:
 			return ErrNotInitialized // there are no slots yet
 		}
 		return nil // nothing is held yet: apply refuses it as not owner or unknown
 	}
 	switch c.Type {
-	case cmdClaim:
+	case CmdClaim:
 		return c.Node.checkDatacenter(*s.Layout)
-	case cmdReserve, cmdFence:
+	case CmdReserve, CmdFence:
 		if err := checkSlot(s, c); err != nil {
 			return err
 		}
@@ -103,7 +103,7 @@ func (s *state) admit(c command) error {
 }
 
 // checkSlot: c names a slot of s.
-func checkSlot(s *state, c command) error {
+func checkSlot(s *State, c Command) error {
 	if c.Slot < 0 || c.Slot >= len(s.Slots) {
 		return fmt.Errorf("%w: %s of slot %d, not in 0..%d", ErrBadCommand, c.Type, c.Slot, len(s.Slots)-1)
 	}
@@ -111,33 +111,33 @@ func checkSlot(s *state, c command) error {
 }
 
 // checkTimestamp: ts is a timestamp of s's layout.
-func checkTimestamp(s *state, t commandType, what string, ts int64) error {
+func checkTimestamp(s *State, t CommandType, what string, ts int64) error {
 	if max := s.Layout.MaxTimestamp(); ts < 0 || ts > max {
 		return fmt.Errorf("%w: %s %s %d, not in 0..%d (layout %s)", ErrBadCommand, t, what, ts, max, s.Layout)
 	}
 	return nil
 }
 
-// apply is deterministic: it reads only the command, the index and the state.
-func (s *state) apply(c command, index uint64) interface{} {
-	if !c.Type.known() {
+// Apply is deterministic: it reads only the command, the index and the state.
+func (s *State) Apply(c Command, index uint64) interface{} {
+	if !c.Type.Known() {
 		panic(fmt.Sprintf("idgen fsm: unknown command type %d at index %d: upgrade this node", byte(c.Type), index))
 	}
-	if err := s.admit(c); err != nil {
+	if err := s.Admit(c); err != nil {
 		return err
 	}
 	switch c.Type {
-	case cmdInit:
+	case CmdInit:
 		return s.applyInit(c)
-	case cmdClaim:
+	case CmdClaim:
 		return s.applyClaim(c, index)
-	case cmdReserve:
+	case CmdReserve:
 		return s.applyReserve(c)
-	case cmdRelease:
+	case CmdRelease:
 		return s.applyRelease(c, index)
-	case cmdRemove:
+	case CmdRemove:
 		return s.applyRemove(c.NodeID, index)
-	case cmdFence:
+	case CmdFence:
 		return s.applyFence(c, index)
 	default:
 		// known() names a type this switch does not apply: a bug, and as
@@ -151,10 +151,10 @@ func (s *state) apply(c command, index uint64) interface{} {
 // a tenure holding the slot now ends (its owner claims again, above UpTo),
 // since raising its highWater would extend that owner's window into the
 // other cluster's. A fence at or below highWater changes nothing.
-func (s *state) applyFence(c command, index uint64) interface{} {
+func (s *State) applyFence(c Command, index uint64) interface{} {
 	sl := &s.Slots[c.Slot]
 	if c.UpTo <= sl.HighWater {
-		return result{Slot: c.Slot, Granted: sl.HighWater}
+		return Result{Slot: c.Slot, Granted: sl.HighWater}
 	}
 	if sl.Owner != "" {
 		if err := s.free(c.Slot, index); err != nil {
@@ -162,14 +162,14 @@ func (s *state) applyFence(c command, index uint64) interface{} {
 		}
 	}
 	sl.HighWater = c.UpTo
-	return result{Slot: c.Slot, Granted: sl.HighWater}
+	return Result{Slot: c.Slot, Granted: sl.HighWater}
 }
 
 // applyInit starts a new cluster. Every slot's highWater starts at Start, the
 // founding voters' time (the quorum-th latest of their clocks) plus
 // max-ahead, so the new cluster never stamps a second that an earlier life
 // of any of its nodes could have borrowed.
-func (s *state) applyInit(c command) interface{} {
+func (s *State) applyInit(c Command) interface{} {
 	if s.Layout != nil {
 		if *s.Layout != *c.Layout {
 			return fmt.Errorf("%w: cluster uses %s, init asked for %s", ErrLayoutMismatch, s.Layout, c.Layout)
@@ -179,30 +179,30 @@ func (s *state) applyInit(c command) interface{} {
 	l := *c.Layout
 	s.Layout = &l
 	s.ClusterID, s.Created = c.ClusterID, c.Created
-	s.Slots = make([]slotState, l.Slots())
+	s.Slots = make([]SlotState, l.Slots())
 	for i := range s.Slots {
 		s.Slots[i].HighWater = c.Start
 	}
-	return result{}
+	return Result{}
 }
 
 // applyClaim grants the node its slot (a new tenure on the slot it holds, or
 // a free slot) and opens a new tenure: the entry's index. Nothing is stored
 // when no slot is free.
-func (s *state) applyClaim(c command, index uint64) interface{} {
+func (s *State) applyClaim(c Command, index uint64) interface{} {
 	if s.Layout == nil {
 		return ErrNotInitialized
 	}
 	if c.Layout != nil && *c.Layout != *s.Layout {
-		return layoutMismatch(*s.Layout, *c.Layout, "node "+c.Node.Name+" claims a slot in a cluster")
+		return LayoutMismatch(*s.Layout, *c.Layout, "node "+c.Node.Name+" claims a slot in a cluster")
 	}
 	var old *Tenure
-	i := s.slotOf(c.Node.ID)
+	i := s.SlotOf(c.Node.ID)
 	if i >= 0 {
-		if old = s.tenure(i, s.Slots[i].Tenure); old == nil {
+		if old = s.FindTenure(i, s.Slots[i].Tenure); old == nil {
 			return s.noTenure(i)
 		}
-	} else if i = s.freeSlot(c.Node.Datacenter); i < 0 {
+	} else if i = s.FreeSlot(c.Node.Datacenter); i < 0 {
 		return fmt.Errorf("%w (%d slots); the node waits as a standby", ErrClusterFull, len(s.Slots))
 	}
 	if old != nil {
@@ -217,15 +217,15 @@ func (s *state) applyClaim(c command, index uint64) interface{} {
 	s.Tenures = append(s.Tenures, Tenure{
 		Slot: i, NodeID: c.Node.ID, Floor: sl.HighWater, Granted: sl.HighWater, ClaimedIndex: index,
 	})
-	return result{Slot: i, Floor: sl.HighWater, Granted: sl.HighWater, Tenure: index}
+	return Result{Slot: i, Floor: sl.HighWater, Granted: sl.HighWater, Tenure: index}
 }
 
 // tenure finds the record of a slot's tenure, searching from the newest, or
 // returns nil. The state's invariants (checked by Restore) say it exists for
 // every owned slot; callers still refuse the command rather than panic.
-// grantedWindows is, per slot, the largest Granted of the slot's tenures:
+// GrantedWindows is, per slot, the largest Granted of the slot's tenures:
 // everything the cluster could have stamped there.
-func (s *state) grantedWindows() map[int]int64 {
+func (s *State) GrantedWindows() map[int]int64 {
 	out := map[int]int64{}
 	for _, t := range s.Tenures {
 		if g, ok := out[t.Slot]; !ok || t.Granted > g {
@@ -235,7 +235,7 @@ func (s *state) grantedWindows() map[int]int64 {
 	return out
 }
 
-func (s *state) tenure(slot int, id uint64) *Tenure {
+func (s *State) FindTenure(slot int, id uint64) *Tenure {
 	for i := len(s.Tenures) - 1; i >= 0; i-- {
 		if t := &s.Tenures[i]; t.Slot == slot && t.ClaimedIndex == id {
 			return t
@@ -244,23 +244,23 @@ func (s *state) tenure(slot int, id uint64) *Tenure {
 	return nil
 }
 
-// errStateCorrupt: the state breaks its own invariants (a record Apply keeps
+// ErrStateCorrupt: the state breaks its own invariants (a record Apply keeps
 // is missing). A command that meets it is refused and changes nothing.
-var errStateCorrupt = errors.New("replicated state is inconsistent")
+var ErrStateCorrupt = errors.New("replicated state is inconsistent")
 
-func (s *state) noTenure(slot int) error {
-	return fmt.Errorf("%w: slot %d has no record of its tenure %d", errStateCorrupt, slot, s.Slots[slot].Tenure)
+func (s *State) noTenure(slot int) error {
+	return fmt.Errorf("%w: slot %d has no record of its tenure %d", ErrStateCorrupt, slot, s.Slots[slot].Tenure)
 }
 
-// holds reports whether node holds slot under exactly this tenure.
-func (s *state) holds(node string, slot int, tenure uint64) bool {
+// Holds reports whether node Holds slot under exactly this tenure.
+func (s *State) Holds(node string, slot int, tenure uint64) bool {
 	return s.Layout != nil && slot >= 0 && slot < len(s.Slots) && tenure != 0 &&
 		s.Slots[slot].Owner == node && s.Slots[slot].Tenure == tenure
 }
 
-// freeSlot picks the lowest free slot in the preferred datacenter, else the
+// FreeSlot picks the lowest free slot in the preferred datacenter, else the
 // lowest free slot anywhere.
-func (s *state) freeSlot(datacenter int) int {
+func (s *State) FreeSlot(datacenter int) int {
 	machines := 1 << s.Layout.MachineBits
 	if datacenter >= 0 && datacenter < 1<<s.Layout.DatacenterBits {
 		for i := datacenter * machines; i < (datacenter+1)*machines && i < len(s.Slots); i++ {
@@ -279,39 +279,39 @@ func (s *state) freeSlot(datacenter int) int {
 
 // applyReserve extends the slot's window, but only for its current tenure:
 // a grant can never reach a generator of an earlier or unknown claim.
-func (s *state) applyReserve(c command) interface{} {
-	if !s.holds(c.NodeID, c.Slot, c.Tenure) {
+func (s *State) applyReserve(c Command) interface{} {
+	if !s.Holds(c.NodeID, c.Slot, c.Tenure) {
 		return fmt.Errorf("%w: node %s does not hold slot %d under tenure %d", ErrNotOwner, c.NodeID, c.Slot, c.Tenure)
 	}
 	sl := &s.Slots[c.Slot]
 	if c.UpTo > sl.HighWater {
-		t := s.tenure(c.Slot, sl.Tenure)
+		t := s.FindTenure(c.Slot, sl.Tenure)
 		if t == nil {
 			return s.noTenure(c.Slot)
 		}
 		sl.HighWater = c.UpTo
 		t.Granted = sl.HighWater
 	}
-	return result{Slot: c.Slot, Granted: sl.HighWater, Tenure: sl.Tenure}
+	return Result{Slot: c.Slot, Granted: sl.HighWater, Tenure: sl.Tenure}
 }
 
 // applyRelease frees the slot of the named tenure (a graceful leave), keeping
 // its highWater.
-func (s *state) applyRelease(c command, index uint64) interface{} {
-	i := s.slotOf(c.NodeID)
-	if !s.holds(c.NodeID, i, c.Tenure) {
+func (s *State) applyRelease(c Command, index uint64) interface{} {
+	i := s.SlotOf(c.NodeID)
+	if !s.Holds(c.NodeID, i, c.Tenure) {
 		return fmt.Errorf("%w: node %s does not hold a slot under tenure %d", ErrNotOwner, c.NodeID, c.Tenure)
 	}
 	if err := s.free(i, index); err != nil {
 		return err
 	}
-	return result{Slot: i}
+	return Result{Slot: i}
 }
 
 // applyRemove frees the node's slot, whatever its tenure, and forgets the node.
-func (s *state) applyRemove(nodeID string, index uint64) interface{} {
+func (s *State) applyRemove(nodeID string, index uint64) interface{} {
 	_, known := s.Nodes[nodeID]
-	i := s.slotOf(nodeID)
+	i := s.SlotOf(nodeID)
 	if !known && i < 0 {
 		return fmt.Errorf("%w: %s", ErrUnknownNode, nodeID)
 	}
@@ -321,12 +321,12 @@ func (s *state) applyRemove(nodeID string, index uint64) interface{} {
 		}
 	}
 	delete(s.Nodes, nodeID)
-	return result{Slot: i}
+	return Result{Slot: i}
 }
 
 // free ends the slot's current tenure; it changes nothing when it fails.
-func (s *state) free(slot int, index uint64) error {
-	t := s.tenure(slot, s.Slots[slot].Tenure)
+func (s *State) free(slot int, index uint64) error {
+	t := s.FindTenure(slot, s.Slots[slot].Tenure)
 	if t == nil {
 		return s.noTenure(slot)
 	}
@@ -336,10 +336,10 @@ func (s *state) free(slot int, index uint64) error {
 	return nil
 }
 
-// check validates a state loaded from a snapshot: the invariants Apply keeps,
+// Check validates a state loaded from a snapshot: the invariants Apply keeps,
 // and every bound Apply and the state's readers index by, so that no snapshot
 // can make a later Apply or read panic.
-func (s *state) check() error {
+func (s *State) Check() error {
 	if s.Layout == nil {
 		if len(s.Slots) != 0 || len(s.Tenures) != 0 || len(s.Nodes) != 0 || s.ClusterID != "" {
 			return errors.New("slots, tenures, nodes or a cluster ID without a layout")
@@ -350,8 +350,8 @@ func (s *state) check() error {
 	if err := l.Validate(); err != nil {
 		return fmt.Errorf("layout: %w", err)
 	}
-	if l.Slots() > maxSlots {
-		return fmt.Errorf("layout %s has %d slots (at most %d)", l, l.Slots(), maxSlots)
+	if l.Slots() > MaxSlots {
+		return fmt.Errorf("layout %s has %d slots (at most %d)", l, l.Slots(), MaxSlots)
 	}
 	if s.ClusterID == "" {
 		return errors.New("no cluster ID (a snapshot of an idgen without cluster identity? start a new cluster with fresh data dirs)")
@@ -421,8 +421,8 @@ func (s *state) check() error {
 	return nil
 }
 
-// holders are the nodes that hold a slot.
-func (s *state) holders() map[string]bool {
+// Holders are the nodes that hold a slot.
+func (s *State) Holders() map[string]bool {
 	out := map[string]bool{}
 	for _, sl := range s.Slots {
 		if sl.Owner != "" {
@@ -432,12 +432,12 @@ func (s *state) holders() map[string]bool {
 	return out
 }
 
-// sortedNodeIDs returns the state's node IDs in order, for stable output.
-func (s *state) sortedNodeIDs() []string { return slices.Sorted(maps.Keys(s.Nodes)) }
+// SortedNodeIDs returns the state's node IDs in order, for stable output.
+func (s *State) SortedNodeIDs() []string { return slices.Sorted(maps.Keys(s.Nodes)) }
 
-// layoutMismatch is the refusal of a node configured with a layout other
+// LayoutMismatch is the refusal of a node configured with a layout other
 // than its cluster's; who names the cluster.
-func layoutMismatch(cluster, configured generator.Layout, who string) error {
+func LayoutMismatch(cluster, configured generator.Layout, who string) error {
 	return fmt.Errorf("%w: %s of layout %s (its log's first entry), and this node is configured with layout %s: "+
 		"start the node with the cluster's layout or with none (a node that joins or restarts takes its cluster's); "+
 		"a cluster's layout never changes, so another layout needs a new cluster, on empty data dirs",

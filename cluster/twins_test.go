@@ -377,7 +377,7 @@ func TestCopyOfALoneSeedMeetingThroughAThirdNode(t *testing.T) {
 			}
 		}
 		var hw int64 = -1
-		a.fsm.view(func(s *state) { hw = s.Slots[slot].HighWater })
+		a.fsm.view(func(s *State) { hw = s.Slots[slot].HighWater })
 		return hw >= copyGranted
 	})
 	layout := a.Layout()

@@ -26,7 +26,7 @@ func (vv *versionView) clusterProtocol() (common ProtocolRange, running int, ok 
 	if !shared {
 		return own, own.Max, false
 	}
-	c, ok := own.intersect(others)
+	c, ok := own.Intersect(others)
 	if !ok {
 		return own, own.Max, false
 	}
@@ -49,11 +49,11 @@ func (vv *versionView) writeProtocol() int {
 		if string(s.ID) == n.id {
 			continue
 		}
-		r, ok := n.versions.protocols.get(string(s.ID))
+		r, ok := n.versions.protocols.Get(string(s.ID))
 		if !ok {
-			r = legacyProtocols
+			r = LegacyProtocols
 		}
-		c, shared := common.intersect(r)
+		c, shared := common.Intersect(r)
 		if !shared {
 			return 0 // no version every server reads: write nothing new
 		}
@@ -80,13 +80,13 @@ func (vv *versionView) othersProtocol() (common ProtocolRange, shared, any bool)
 			continue
 		}
 		any = true
-		r := legacyProtocols
-		if pr, ok := n.versions.protocols.get(id); ok {
+		r := LegacyProtocols
+		if pr, ok := n.versions.protocols.Get(id); ok {
 			r = pr // proven over the authenticated transport (a leader's polls)
 		} else if m, seen := members[id]; seen && m.Parsed {
 			r = m.Meta.protocols()
 		}
-		c, ok := common.intersect(r)
+		c, ok := common.Intersect(r)
 		if !ok {
 			return common, false, true
 		}
@@ -106,7 +106,7 @@ func (vv *versionView) protocolOdd() string {
 	if !any || !shared {
 		return ""
 	}
-	if _, ok := n.cfg.protocols.intersect(others); ok {
+	if _, ok := n.cfg.protocols.Intersect(others); ok {
 		return ""
 	}
 	return fmt.Sprintf("protocol mismatch: this node speaks protocol %s and the other servers of its cluster speak %s; "+
@@ -137,7 +137,7 @@ func (vv *versionView) joinBlocked() string {
 		if m.ID == n.id || !m.Parsed || m.State != MemberAlive || !m.Meta.Member || m.Meta.ClusterID == "" {
 			continue
 		}
-		if err := joinProtocol(own, m.Meta.protocols()); err != nil {
+		if err := JoinProtocol(own, m.Meta.protocols()); err != nil {
 			return fmt.Sprintf("the cluster %s that member %s belongs to will not add this node: %v", m.Meta.ClusterID, m.Meta.Name, err)
 		}
 		if l, err := generator.ParseLayout(m.Meta.Layout); err == nil {

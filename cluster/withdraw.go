@@ -18,37 +18,37 @@ import (
 // tenures' IDs. Withdrawn IDs are lost, never issued: after a fence they are
 // possible duplicates, after any other end they are only a few batches.
 
-// mintedTenure is the tenure a node's generator mints under, and its slot.
-type mintedTenure struct {
-	slot   int
-	tenure uint64
+// MintedTenure is the tenure a node's generator mints under, and its slot.
+type MintedTenure struct {
+	Slot   int
+	Tenure uint64
 }
 
-// endedUpTo is the decision over one replica state: whether m has ended
+// EndedUpTo is the decision over one replica state: whether m has ended
 // there, and the highWater at or below which its IDs lie (MaxInt64 when the
 // state has no such slot, so that everything is withdrawn).
-func endedUpTo(s *state, id string, m mintedTenure) (int64, bool) {
-	if m.tenure == 0 {
+func EndedUpTo(s *State, id string, m MintedTenure) (int64, bool) {
+	if m.Tenure == 0 {
 		return 0, false
 	}
-	if m.slot < 0 || m.slot >= len(s.Slots) {
+	if m.Slot < 0 || m.Slot >= len(s.Slots) {
 		return math.MaxInt64, true
 	}
-	sl := s.Slots[m.slot]
-	if sl.Owner == id && sl.Tenure == m.tenure {
+	sl := s.Slots[m.Slot]
+	if sl.Owner == id && sl.Tenure == m.Tenure {
 		return 0, false
 	}
 	return sl.HighWater, true
 }
 
-// withdrawals keeps, per slot, the stamp at or below which this process's
+// Withdrawals keeps, per slot, the stamp at or below which this process's
 // IDs were minted in a tenure that has ended.
-type withdrawals struct {
+type Withdrawals struct {
 	mu   sync.Mutex
 	upTo map[int]int64
 }
 
-func (w *withdrawals) add(slot int, upTo int64) {
+func (w *Withdrawals) Add(slot int, upTo int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.upTo == nil {
@@ -59,7 +59,7 @@ func (w *withdrawals) add(slot int, upTo int64) {
 	}
 }
 
-func (w *withdrawals) covers(slot int, ts int64) bool {
+func (w *Withdrawals) Covers(slot int, ts int64) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	upTo, ok := w.upTo[slot]
