@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/generator"
 )
 
@@ -22,7 +23,7 @@ type agentShell struct {
 	n *Node
 	// mu serializes the steps: the agent loop's and the applies' (stopIfEnded).
 	mu   sync.Mutex
-	rule SlotAgent
+	rule core.SlotAgent
 	// claimed is the layout the awaited claim asked for (nil: none named).
 	claimed *generator.Layout
 
@@ -32,8 +33,8 @@ type agentShell struct {
 	tenure atomic.Uint64
 	// minted is the tenure and slot the latest generator mints under, and
 	// withdrawn what ended tenures of this process leave behind (withdraw.go).
-	minted    atomic.Pointer[MintedTenure]
-	withdrawn Withdrawals
+	minted    atomic.Pointer[core.MintedTenure]
+	withdrawn core.Withdrawals
 	lastGrant atomic.Int64 // when the window last grew to a grant the replica applied, Unix ns
 	// window is the last window a generator of this node held, for gossip
 	// and Status.
@@ -47,13 +48,13 @@ type agentShell struct {
 // generator waiting for room).
 func (a *agentShell) run() {
 	n := a.n
-	tick := time.NewTicker(AgentTick)
+	tick := time.NewTicker(core.AgentTick)
 	defer tick.Stop()
 	for {
 		// Persisted as soon as the state has it: a node that restarts before
 		// it was written would gossip no cluster and not be added back.
 		n.ident.trackIdentity()
-		a.drive(AgentEvent{Kind: AgentLook})
+		a.drive(core.AgentEvent{Kind: core.AgentLook})
 		var waiting <-chan struct{}
 		if g := a.gen.Load(); g != nil {
 			waiting = g.Waiting()
@@ -70,18 +71,18 @@ func (a *agentShell) run() {
 
 // drive steps the rule for ev and carries out what it asks, sending a claim
 // or a reserve outside the lock and stepping the answer in turn.
-func (a *agentShell) drive(ev AgentEvent) {
+func (a *agentShell) drive(ev core.AgentEvent) {
 	for {
 		out, g := a.step(ev)
 		switch {
 		case out.Claim:
 			tenure, err := a.sendClaim()
-			ev = AgentEvent{Kind: AgentClaimAnswered, Tenure: tenure, Err: err}
+			ev = core.AgentEvent{Kind: core.AgentClaimAnswered, Tenure: tenure, Err: err}
 		case out.Reserve && g != nil:
 			tenure, granted, err := a.sendReserve(g, out.UpTo)
-			ev = AgentEvent{Kind: AgentReserveAnswered, Tenure: tenure, UpTo: out.UpTo, Granted: granted, Err: err}
+			ev = core.AgentEvent{Kind: core.AgentReserveAnswered, Tenure: tenure, UpTo: out.UpTo, Granted: granted, Err: err}
 		case out.Start:
-			ev = AgentEvent{Kind: AgentLook} // the first reserve goes at once
+			ev = core.AgentEvent{Kind: core.AgentLook} // the first reserve goes at once
 		default:
 			return
 		}
@@ -91,29 +92,29 @@ func (a *agentShell) drive(ev AgentEvent) {
 // step steps the rule for ev (and, after an answer, looks again) under the
 // lock, and carries out what needs no leader: a start, a grant, a revoke. It
 // returns the rule's output and the generator running after it.
-func (a *agentShell) step(ev AgentEvent) (AgentOut, *generator.Generator) {
+func (a *agentShell) step(ev core.AgentEvent) (core.AgentOut, *generator.Generator) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := a.rule.Step(ev, a.input())
-	if (ev.Kind == AgentClaimAnswered || ev.Kind == AgentReserveAnswered) && out.GaveUp == nil {
+	if (ev.Kind == core.AgentClaimAnswered || ev.Kind == core.AgentReserveAnswered) && out.GaveUp == nil {
 		a.carryOut(out) // (an answer's worth: no grant)
-		out = a.rule.Step(AgentEvent{Kind: AgentLook}, a.input())
+		out = a.rule.Step(core.AgentEvent{Kind: core.AgentLook}, a.input())
 	}
 	if err := a.carryOut(out); err != nil {
-		a.rule.Step(AgentEvent{Kind: AgentStartFailed}, a.input())
-		return AgentOut{}, nil
+		a.rule.Step(core.AgentEvent{Kind: core.AgentStartFailed}, a.input())
+		return core.AgentOut{}, nil
 	}
 	if out.Start {
 		// An entry applied since the tenure was read found no generator to
 		// stop: follow the replica again now that there is one.
-		a.carryOut(a.rule.Step(AgentEvent{Kind: AgentApplied}, a.input()))
+		a.carryOut(a.rule.Step(core.AgentEvent{Kind: core.AgentApplied}, a.input()))
 	}
 	return out, a.gen.Load()
 }
 
 // carryOut does what out asks that needs no leader (under the lock); the
 // error is a start's.
-func (a *agentShell) carryOut(out AgentOut) error {
+func (a *agentShell) carryOut(out core.AgentOut) error {
 	n := a.n
 	g := a.gen.Load()
 	switch {
@@ -137,7 +138,7 @@ func (a *agentShell) carryOut(out AgentOut) error {
 	}
 	if g != nil {
 		var held bool
-		n.fsm.view(func(s *State) { _, _, held = OwnTenure(s, n.id, a.rule.Tenure()) })
+		n.fsm.view(func(s *core.State) { _, _, held = core.OwnTenure(s, n.id, a.rule.Tenure()) })
 		if held {
 			a.window.Store(&heldWindow{slot: g.Slot(), granted: g.Granted()})
 		}
@@ -146,19 +147,19 @@ func (a *agentShell) carryOut(out AgentOut) error {
 }
 
 // input is the rule's input now (under the lock).
-func (a *agentShell) input() AgentIn {
+func (a *agentShell) input() core.AgentIn {
 	n := a.n
 	g := a.gen.Load()
-	in := AgentIn{
+	in := core.AgentIn{
 		Now: time.Now(), Leaving: n.leaving.Load(), NeverClaim: n.cfg.neverClaim, Conflict: n.ident.conflict.Load() != nil,
 		Running: g != nil,
 	}
 	if g != nil {
 		in.Slot, in.Granted, in.Head = g.Slot(), g.Granted(), g.Head()
-		in.Lead = UnitsCeil(n.cfg.Lead, g.Layout().Unit)
+		in.Lead = core.UnitsCeil(n.cfg.Lead, g.Layout().Unit)
 	}
-	n.fsm.view(func(s *State) {
-		in.Own, in.Applied, in.Held = OwnTenure(s, n.id, a.rule.Tenure())
+	n.fsm.view(func(s *core.State) {
+		in.Own, in.Applied, in.Held = core.OwnTenure(s, n.id, a.rule.Tenure())
 		if g != nil && g.Slot() < len(s.Slots) {
 			in.SlotOwner, in.SlotTenure = s.Slots[g.Slot()].Owner, s.Slots[g.Slot()].Tenure
 		}
@@ -178,7 +179,7 @@ func (a *agentShell) sendClaim() (uint64, error) {
 	want, known := n.log.stateLayout()
 	if l := n.cfg.Layout; l != (generator.Layout{}) {
 		if known && want != l {
-			err := LayoutMismatch(want, l, "its cluster is one")
+			err := core.LayoutMismatch(want, l, "its cluster is one")
 			n.reason.set(err.Error())
 			return 0, err
 		}
@@ -192,9 +193,9 @@ func (a *agentShell) sendClaim() (uint64, error) {
 		ID: n.id, Name: n.cfg.Name, RaftAddr: n.cfg.RaftAdvertise, GossipAddr: n.cfg.GossipAdvertise,
 		GRPCAddr: n.cfg.GRPCAddr, HTTPAddr: n.cfg.HTTPAddr, Datacenter: n.cfg.Datacenter,
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), ApplyTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), core.ApplyTimeout)
 	defer cancel()
-	r, err := n.proposer.propose(ctx, Command{Type: CmdClaim, Node: &info, Layout: claimed})
+	r, err := n.proposer.propose(ctx, core.Command{Type: core.CmdClaim, Node: &info, Layout: claimed})
 	if err != nil {
 		n.reason.set(a.claimFailure(err))
 		n.logger.Debug("claim", "err", err)
@@ -208,7 +209,7 @@ func (a *agentShell) sendClaim() (uint64, error) {
 
 // start starts the generator the rule asked for (under the lock), from the
 // layout the replica's Init records.
-func (a *agentShell) start(out AgentOut) (*generator.Generator, error) {
+func (a *agentShell) start(out core.AgentOut) (*generator.Generator, error) {
 	n := a.n
 	// The replica applied the claim, so it has the Init before it.
 	layout, ok := n.log.stateLayout()
@@ -227,7 +228,7 @@ func (a *agentShell) start(out AgentOut) (*generator.Generator, error) {
 	g.Grant(out.Granted)
 	a.window.Store(&heldWindow{slot: g.Slot(), granted: g.Granted()})
 	a.tenure.Store(out.Tenure)
-	a.minted.Store(&MintedTenure{Slot: out.Slot, Tenure: out.Tenure})
+	a.minted.Store(&core.MintedTenure{Slot: out.Slot, Tenure: out.Tenure})
 	n.reason.set("")
 	a.gen.Store(g)
 	n.logger.Info("claimed slot", "slot", out.Slot, "floor", out.Floor, "tenure", out.Tenure)
@@ -246,7 +247,7 @@ func (a *agentShell) sendReserve(g *generator.Generator, upTo int64) (uint64, in
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	sent := n.clock.Now()
-	r, err := n.proposer.propose(ctx, Command{Type: CmdReserve, NodeID: n.id, Slot: g.Slot(), Tenure: tenure, UpTo: upTo})
+	r, err := n.proposer.propose(ctx, core.Command{Type: core.CmdReserve, NodeID: n.id, Slot: g.Slot(), Tenure: tenure, UpTo: upTo})
 	switch {
 	case err == nil:
 		switch {
@@ -289,7 +290,7 @@ func (a *agentShell) claimFailure(err error) string {
 		return "standby: every slot is owned; waiting for one to be freed"
 	case errors.Is(err, ErrLayoutMismatch), errors.Is(err, ErrClockSkew):
 		return err.Error()
-	case (errors.Is(err, ErrNoLeader) || errors.Is(err, ErrNoInitYet)) && !n.members.partOfCluster():
+	case (errors.Is(err, ErrNoLeader) || errors.Is(err, core.ErrNoInitYet)) && !n.members.partOfCluster():
 		if why := n.versions.joinBlocked(); why != "" {
 			return "no slot: " + why
 		}
@@ -297,7 +298,7 @@ func (a *agentShell) claimFailure(err error) string {
 			return "no slot yet: founding a cluster of its own (--bootstrap-expect 1, no --join)"
 		}
 		return "no slot: waiting to be added to a cluster by its leader (check --join), or for --bootstrap-expect nodes to meet"
-	case errors.Is(err, ErrNoInitYet):
+	case errors.Is(err, core.ErrNoInitYet):
 		return "no slot: " + err.Error()
 	case errors.Is(err, ErrNoLeader):
 		return "no slot: no raft leader known"
@@ -315,7 +316,7 @@ func (a *agentShell) claimFailure(err error) string {
 // minted in that gap repeating a younger cluster's.
 func (a *agentShell) stopIfEnded() {
 	a.noteEnded()
-	a.step(AgentEvent{Kind: AgentApplied})
+	a.step(core.AgentEvent{Kind: core.AgentApplied})
 }
 
 func (a *agentShell) revoke(g *generator.Generator, cause error) {
@@ -344,7 +345,7 @@ func (a *agentShell) noteEnded() {
 		upTo  int64
 		ended bool
 	)
-	n.fsm.view(func(s *State) { upTo, ended = EndedUpTo(s, n.id, *m) })
+	n.fsm.view(func(s *core.State) { upTo, ended = core.EndedUpTo(s, n.id, *m) })
 	if ended {
 		a.withdrawn.Add(m.Slot, upTo)
 	}

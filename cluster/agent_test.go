@@ -5,19 +5,21 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/idgen/idgen/cluster/core"
 )
 
 // runningAgent is a rule that has claimed tenure 5 on slot 1 and started its
 // generator, and the input of a look with its window used up.
-func runningAgent(t *testing.T, now time.Time) (*SlotAgent, AgentIn) {
+func runningAgent(t *testing.T, now time.Time) (*core.SlotAgent, core.AgentIn) {
 	t.Helper()
-	a := &SlotAgent{}
-	in := AgentIn{Now: now, Own: Tenure{Slot: 1, Granted: 10, ClaimedIndex: 5}, Applied: true, Held: true}
-	if out := a.Step(AgentEvent{Kind: AgentLook}, in); !out.Claim {
+	a := &core.SlotAgent{}
+	in := core.AgentIn{Now: now, Own: Tenure{Slot: 1, Granted: 10, ClaimedIndex: 5}, Applied: true, Held: true}
+	if out := a.Step(core.AgentEvent{Kind: core.AgentLook}, in); !out.Claim {
 		t.Fatalf("a look with nothing held: %+v, want a claim", out)
 	}
-	a.Step(AgentEvent{Kind: AgentClaimAnswered, Tenure: 5}, in)
-	if out := a.Step(AgentEvent{Kind: AgentLook}, in); !out.Start || out.Tenure != 5 || out.Slot != 1 {
+	a.Step(core.AgentEvent{Kind: core.AgentClaimAnswered, Tenure: 5}, in)
+	if out := a.Step(core.AgentEvent{Kind: core.AgentLook}, in); !out.Start || out.Tenure != 5 || out.Slot != 1 {
 		t.Fatalf("a look with the claim applied: %+v, want a start of tenure 5 on slot 1", out)
 	}
 	in.Running, in.Slot, in.Granted, in.Head, in.Lead = true, 1, 10, 10, 100
@@ -26,13 +28,13 @@ func runningAgent(t *testing.T, now time.Time) (*SlotAgent, AgentIn) {
 
 // reservesIn steps a's looks every agentTick for d from in.Now, answering
 // each reserve with answer, and counts the reserves.
-func reservesIn(a *SlotAgent, in AgentIn, d time.Duration, answer error) (int, time.Time) {
+func reservesIn(a *core.SlotAgent, in core.AgentIn, d time.Duration, answer error) (int, time.Time) {
 	n, start := 0, in.Now
-	for at := time.Duration(0); at < d; at += AgentTick {
+	for at := time.Duration(0); at < d; at += core.AgentTick {
 		in.Now = start.Add(at)
-		if out := a.Step(AgentEvent{Kind: AgentLook}, in); out.Reserve {
+		if out := a.Step(core.AgentEvent{Kind: core.AgentLook}, in); out.Reserve {
 			n++
-			a.Step(AgentEvent{Kind: AgentReserveAnswered, Tenure: 5, Err: answer}, in)
+			a.Step(core.AgentEvent{Kind: core.AgentReserveAnswered, Tenure: 5, Err: answer}, in)
 		}
 	}
 	return n, start.Add(d)
@@ -52,20 +54,20 @@ func TestNotOwnerReservesBackOff(t *testing.T) {
 	n, at := reservesIn(a, in, 20*time.Second, notOwner)
 	// 0, 0.2, 0.6, 1.4, 3.0 s, then every 2 s: 13 in 20 s (100 without the backoff).
 	if n > 14 || n < 8 {
-		t.Fatalf("%d reserves in 20 s all answered \"not owner\"; want about 13 (backing off to one per %v)", n, MaxReserveBackoff)
+		t.Fatalf("%d reserves in 20 s all answered \"not owner\"; want about 13 (backing off to one per %v)", n, core.MaxReserveBackoff)
 	}
 	if a.NotOwned() != n {
 		t.Fatalf("NotOwned() = %d after %d \"not owner\" answers", a.NotOwned(), n)
 	}
 	in.Now = at
-	for ; ; in.Now = in.Now.Add(AgentTick) {
-		if out := a.Step(AgentEvent{Kind: AgentLook}, in); out.Reserve {
-			a.Step(AgentEvent{Kind: AgentReserveAnswered, Tenure: 5}, in)
+	for ; ; in.Now = in.Now.Add(core.AgentTick) {
+		if out := a.Step(core.AgentEvent{Kind: core.AgentLook}, in); out.Reserve {
+			a.Step(core.AgentEvent{Kind: core.AgentReserveAnswered, Tenure: 5}, in)
 			break
 		}
 	}
 	if n, _ := reservesIn(a, in, 2*time.Second, nil); n < 9 {
-		t.Fatalf("%d reserves in 2 s after an accepted one (room still low); want one per %v", n, MinReserveGap)
+		t.Fatalf("%d reserves in 2 s after an accepted one (room still low); want one per %v", n, core.MinReserveGap)
 	}
 }
 
@@ -75,13 +77,13 @@ func TestNotOwnerReservesBackOff(t *testing.T) {
 func TestSkewRefusedReserveAsksAgain(t *testing.T) {
 	a, in := runningAgent(t, time.Unix(1_000_000, 0))
 	in.Granted = 1000 // room enough
-	if out := a.Step(AgentEvent{Kind: AgentLook}, in); !out.Reserve {
+	if out := a.Step(core.AgentEvent{Kind: core.AgentLook}, in); !out.Reserve {
 		t.Fatalf("the first look after a start: %+v, want the first reserve", out)
 	}
-	a.Step(AgentEvent{Kind: AgentReserveAnswered, Tenure: 5, Err: fmt.Errorf("%w: off by 1h", ErrClockSkew)}, in)
+	a.Step(core.AgentEvent{Kind: core.AgentReserveAnswered, Tenure: 5, Err: fmt.Errorf("%w: off by 1h", ErrClockSkew)}, in)
 	n, _ := reservesIn(a, in, 10*time.Second, ErrClockSkew)
 	if n < 9 || n > 10 {
-		t.Fatalf("%d reserves in 10 s after a clock-skew refusal with room left; want one per %v", n, ClaimRetry)
+		t.Fatalf("%d reserves in 10 s after a clock-skew refusal with room left; want one per %v", n, core.ClaimRetry)
 	}
 	if n, _ := reservesIn(a, in, 10*time.Second, nil); n > 1 {
 		t.Fatalf("%d reserves in 10 s once accepted, with room left; want at most one", n)
@@ -93,22 +95,22 @@ func TestSkewRefusedReserveAsksAgain(t *testing.T) {
 // answer, and an applied entry follows the log without sending anything.
 func TestAgentRevokesOnlyOnItsReplica(t *testing.T) {
 	a, in := runningAgent(t, time.Unix(1_000_000, 0))
-	a.Step(AgentEvent{Kind: AgentReserveAnswered, Tenure: 5, Err: ErrNotOwner}, in)
-	if out := a.Step(AgentEvent{Kind: AgentApplied}, in); out.Revoke != nil || out.Reserve || out.Claim {
+	a.Step(core.AgentEvent{Kind: core.AgentReserveAnswered, Tenure: 5, Err: ErrNotOwner}, in)
+	if out := a.Step(core.AgentEvent{Kind: core.AgentApplied}, in); out.Revoke != nil || out.Reserve || out.Claim {
 		t.Fatalf("an applied entry with the tenure still held: %+v, want nothing sent and nothing revoked", out)
 	}
 	in.Own.Granted = 40
-	if out := a.Step(AgentEvent{Kind: AgentApplied}, in); out.Grant != 40 {
+	if out := a.Step(core.AgentEvent{Kind: core.AgentApplied}, in); out.Grant != 40 {
 		t.Fatalf("an applied grant: %+v, want Grant 40", out)
 	}
 	in.Held, in.SlotOwner, in.SlotTenure = false, "y", 9
-	out := a.Step(AgentEvent{Kind: AgentApplied}, in)
+	out := a.Step(core.AgentEvent{Kind: core.AgentApplied}, in)
 	if !errors.Is(out.Revoke, ErrNotOwner) {
 		t.Fatalf("an applied end of the tenure: %+v, want a revoke", out)
 	}
 	b, in := runningAgent(t, time.Unix(1_000_000, 0))
 	in.Conflict = true
-	if out := b.Step(AgentEvent{Kind: AgentLook}, in); !errors.Is(out.Revoke, ErrClusterConflict) {
+	if out := b.Step(core.AgentEvent{Kind: core.AgentLook}, in); !errors.Is(out.Revoke, ErrClusterConflict) {
 		t.Fatalf("a look in conflict: %+v, want a revoke", out)
 	}
 }

@@ -4,7 +4,47 @@ import (
 	"context"
 	"time"
 
+	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/generator"
+)
+
+// The errors of the cluster layer, defined by its core (cluster/core) and
+// the same values here: errors.Is matches either name. The rpc layer maps
+// them to gRPC codes (cluster/core's reason table).
+var (
+	ErrNotReady               = core.ErrNotReady
+	ErrClusterFull            = core.ErrClusterFull
+	ErrLayoutMismatch         = core.ErrLayoutMismatch
+	ErrClockSkew              = core.ErrClockSkew
+	ErrNotOwner               = core.ErrNotOwner
+	ErrUnknownNode            = core.ErrUnknownNode
+	ErrNoLeader               = core.ErrNoLeader
+	ErrNotLeader              = core.ErrNotLeader
+	ErrShutdown               = core.ErrShutdown
+	ErrFaultInjectionDisabled = core.ErrFaultInjectionDisabled
+	ErrRemoveSelf             = core.ErrRemoveSelf
+	ErrQuorum                 = core.ErrQuorum
+	ErrBadCommand             = core.ErrBadCommand
+	ErrLeaderNotReady         = core.ErrLeaderNotReady
+	ErrLeaderClockOff         = core.ErrLeaderClockOff
+	ErrClusterConflict        = core.ErrClusterConflict
+	ErrWrongCluster           = core.ErrWrongCluster
+	ErrNotMember              = core.ErrNotMember
+	ErrNotInitialized         = core.ErrNotInitialized
+	ErrProtocol               = core.ErrProtocol
+)
+
+// NodeInfo is what the replicated state knows about a node; ProtocolRange a
+// range of protocol versions (cluster/core).
+type (
+	NodeInfo      = core.NodeInfo
+	ProtocolRange = core.ProtocolRange
+)
+
+// ProtocolMin and ProtocolMax are the protocol versions this build speaks.
+const (
+	ProtocolMin = core.ProtocolMin
+	ProtocolMax = core.ProtocolMax
 )
 
 // MemberInfo describes one node as seen by gossip and the replicated state.
@@ -112,7 +152,7 @@ const ReasonLeaving = "leaving the cluster"
 // may stamp timestamps t with Floor < t <= Granted. The type is defined in
 // generator, so that the checker behind idctl verify shares it without
 // importing the cluster; it is stored in snapshots under its Go field names.
-type Tenure = generator.Tenure
+type Tenure = core.Tenure
 
 // Forwarder sends an encoded command to the leader's gRPC address and returns
 // the encoded result. The rpc layer implements it with PeerService.Apply.

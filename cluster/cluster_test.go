@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/scripts/harness"
 )
 
@@ -306,7 +307,7 @@ func TestLaggingNodeCatchesUpFromSnapshot(t *testing.T) {
 		}
 		slot := leader.Status().Slot
 		for i := 0; i < 20; i++ {
-			if _, _, err := leader.gate.raftApply(context.Background(), Command{Type: CmdReserve, NodeID: leader.ID(), Slot: slot, Tenure: leader.agent.tenure.Load()}); err != nil {
+			if _, _, err := leader.gate.raftApply(context.Background(), core.Command{Type: core.CmdReserve, NodeID: leader.ID(), Slot: slot, Tenure: leader.agent.tenure.Load()}); err != nil {
 				return false
 			}
 		}
@@ -366,7 +367,7 @@ func TestForwardToADeadLeaderEndsWhenRaftMovesOn(t *testing.T) {
 	}
 	done := make(chan answer, 1)
 	go func() {
-		_, err := follower.proposer.propose(ctx, Command{Type: CmdReserve, NodeID: follower.ID(), Slot: follower.Status().Slot,
+		_, err := follower.proposer.propose(ctx, core.Command{Type: core.CmdReserve, NodeID: follower.ID(), Slot: follower.Status().Slot,
 			Tenure: follower.agent.tenure.Load(), UpTo: 1})
 		done <- answer{err, time.Now()}
 	}()

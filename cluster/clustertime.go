@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/idgen/idgen/cluster/core"
 )
 
 // Cluster time (DESIGN.md, "One wrong clock cannot lend an hour"): the leader
@@ -47,12 +49,12 @@ func (cc *clusterClock) clusterNow(own time.Time) (time.Time, bool) {
 	for _, id := range others {
 		m, seen := members[id]
 		gone := seen && (m.State == MemberDead || m.State == MemberLeft)
-		if ClockAwaited(len(cc.clocks.ByID([]string{id}, now, n.cfg.clockTTL)) > 0, gone, founded) {
+		if core.ClockAwaited(len(cc.clocks.ByID([]string{id}, now, n.cfg.clockTTL)) > 0, gone, founded) {
 			awaited++
 		}
 	}
-	est, quorum := ClockQuorum(cc.clocks.ByID(others, now, n.cfg.clockTTL), awaited, led, n.cfg.clockTTL)
-	return ClusterTime(own, est, quorum)
+	est, quorum := core.ClockQuorum(cc.clocks.ByID(others, now, n.cfg.clockTTL), awaited, led, n.cfg.clockTTL)
+	return core.ClusterTime(own, est, quorum)
 }
 
 // unreportedVoters are the other voters whose clocks this leader has not
@@ -79,11 +81,11 @@ func (cc *clusterClock) unreportedVoters() []string {
 // founding voters' clocks decide Init's start), with a clock (a release
 // before protocol 2 sends none). leaderNow is the leader's clock and at the
 // real time when it arrived.
-func statusClock(id, own string, st Status, leaderNow, at time.Time) (ClockSample, bool) {
+func statusClock(id, own string, st Status, leaderNow, at time.Time) (core.ClockSample, bool) {
 	if st.ID != id || st.ClusterID != own || st.Clock == 0 {
-		return ClockSample{}, false
+		return core.ClockSample{}, false
 	}
-	return ClockSample{Reported: time.Unix(0, st.Clock), Leader: leaderNow, At: at}, true
+	return core.ClockSample{Reported: time.Unix(0, st.Clock), Leader: leaderNow, At: at}, true
 }
 
 // pollClocks runs while this node leads: every clockPollEvery it asks each
@@ -93,7 +95,7 @@ func statusClock(id, own string, st Status, leaderNow, at time.Time) (ClockSampl
 // sweep.
 func (cc *clusterClock) pollClocks(stop <-chan struct{}) {
 	n := cc.n
-	tick := time.NewTicker(ClockPollEvery)
+	tick := time.NewTicker(core.ClockPollEvery)
 	defer tick.Stop()
 	for first := true; ; first = false {
 		if !first {
@@ -118,12 +120,12 @@ func (cc *clusterClock) pollClocks(stop <-chan struct{}) {
 		own := n.ident.ownCluster()
 		keys := map[probeKey]bool{}
 		heard := func(id string) time.Time {
-			if t := cc.n.versions.protocols.ProvenAt(id); t.Before(time.Now().Add(-ProtocolPollEvery)) {
+			if t := cc.n.versions.protocols.ProvenAt(id); t.Before(time.Now().Add(-core.ProtocolPollEvery)) {
 				return time.Time{} // its range is due: ask it whatever it reported since
 			}
 			return cc.clocks.HeardSince(id)
 		}
-		for _, id := range ClockPollTargets(voters, n.id, heard, time.Now(), ClockPollEvery) {
+		for _, id := range core.ClockPollTargets(voters, n.id, heard, time.Now(), core.ClockPollEvery) {
 			if addr := n.members.grpcAddrOf(id); addr != "" {
 				keys[probeKey{id, addr}] = true
 			}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/scripts/harness"
 )
 
@@ -34,7 +35,7 @@ func TestClusterTimeIsTheQuorumthLatestClock(t *testing.T) {
 		for _, o := range c.others {
 			others = append(others, at(o))
 		}
-		got, known := ClusterTime(at(c.own), others, c.quorum)
+		got, known := core.ClusterTime(at(c.own), others, c.quorum)
 		if !got.Equal(at(c.want)) || known != c.known {
 			t.Errorf("case %d: clusterTime = %v, %v; want %v, %v", i, got.Sub(base), known, c.want, c.known)
 		}
@@ -48,7 +49,7 @@ func aheadWatch(tc *testCluster) func() error {
 		for _, s := range tc.liveSpecs() {
 			n := s.node
 			var err error
-			n.fsm.view(func(st *State) {
+			n.fsm.view(func(st *core.State) {
 				if st.Layout == nil {
 					return
 				}
@@ -86,8 +87,8 @@ func drawAll(t *testing.T, tc *testCluster) {
 		for _, id := range ids {
 			p, _ := l.Decompose(id)
 			if ahead := l.Time(p.Timestamp).Sub(time.Now()); ahead > n.cfg.MaxAhead+l.Unit {
-				var hw []SlotState
-				n.fsm.view(func(st *State) { hw = append(hw, st.Slots...) })
+				var hw []core.SlotState
+				n.fsm.view(func(st *core.State) { hw = append(hw, st.Slots...) })
 				t.Fatalf("%s issued ID %d stamped %v ahead of real time (status %+v, slots %+v, now %d)", n.Name(), id, ahead.Round(time.Second), n.Status(), hw, l.Units(time.Now()))
 			}
 		}
@@ -235,12 +236,12 @@ func TestReserveOfANonHolderReportsNoClock(t *testing.T) {
 	}
 	for i := range 100 {
 		p := &pseudoNode{id: fmt.Sprintf("%032x", i+1), tc: tc, clock: ahead}
-		if _, err := p.deliver(p.command(Command{Type: CmdReserve, NodeID: p.id, Slot: i % 3, Tenure: uint64(i + 1), UpTo: 1})); !errors.Is(err, ErrNotOwner) && !errors.Is(err, ErrClockSkew) {
+		if _, err := p.deliver(p.command(core.Command{Type: core.CmdReserve, NodeID: p.id, Slot: i % 3, Tenure: uint64(i + 1), UpTo: 1})); !errors.Is(err, ErrNotOwner) && !errors.Is(err, ErrClockSkew) {
 			t.Fatalf("a reserve of made-up node %s: %v, want it refused", p.id, err)
 		}
 	}
 	real := &pseudoNode{id: tc.node("b").id, tc: tc, clock: ahead}
-	if _, err := real.deliver(real.command(Command{Type: CmdReserve, NodeID: real.id, Slot: 0, Tenure: 1 << 40, UpTo: 1})); !errors.Is(err, ErrNotOwner) && !errors.Is(err, ErrClockSkew) {
+	if _, err := real.deliver(real.command(core.Command{Type: core.CmdReserve, NodeID: real.id, Slot: 0, Tenure: 1 << 40, UpTo: 1})); !errors.Is(err, ErrNotOwner) && !errors.Is(err, ErrClockSkew) {
 		t.Fatalf("a reserve of b under a wrong tenure: %v, want it refused", err)
 	}
 	for _, id := range leader.clusterClock.clocks.Ids() {

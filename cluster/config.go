@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/generator"
 )
 
@@ -92,7 +93,7 @@ type Config struct {
 
 	// applyFault, set only by this package's tests, fails a proposal before
 	// it reaches Raft (a slow disk, a commit timeout).
-	applyFault func(Command) error
+	applyFault func(core.Command) error
 	// protocols, set only by this package's tests, replaces the protocol
 	// versions this build speaks (a node of another release).
 	protocols ProtocolRange
@@ -170,10 +171,10 @@ func (c *Config) applyDefaults() {
 		c.GossipAdvertise = c.GossipAddr
 	}
 	if c.protocols == (ProtocolRange{}) {
-		c.protocols = OwnProtocols
+		c.protocols = core.OwnProtocols
 	}
 	if c.clockTTL == 0 {
-		c.clockTTL = ClockSampleTTL
+		c.clockTTL = core.ClockSampleTTL
 	}
 }
 
@@ -191,7 +192,7 @@ func (c *Config) Validate() error {
 	}
 	// Without a layout the cluster's decides how many datacenters there
 	// are; the claim checks the preference against it.
-	dcs := MaxSlots
+	dcs := core.MaxSlots
 	if c.Layout != (generator.Layout{}) {
 		dcs = 1 << l.DatacenterBits
 	}

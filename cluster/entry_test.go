@@ -10,19 +10,20 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/generator"
 )
 
 // entryCommands is one command of every entry type with every field its
 // type has set, and the fields of the forwarded message (SentAt, Protocol)
 // and of other types set too: what a forward could carry.
-func entryCommands() []Command {
+func entryCommands() []core.Command {
 	l := generator.DefaultLayout()
 	node := &NodeInfo{ID: "n1", Name: "a", RaftAddr: "r", GossipAddr: "g", GRPCAddr: "p", HTTPAddr: "h", Datacenter: 1}
-	all := Command{Layout: &l, Node: node, NodeID: "n1", Slot: 3, UpTo: 99, Foreign: "f", Tenure: 7, ClusterID: "c1",
+	all := core.Command{Layout: &l, Node: node, NodeID: "n1", Slot: 3, UpTo: 99, Foreign: "f", Tenure: 7, ClusterID: "c1",
 		Created: 5, Start: 6, SentAt: 8, Protocol: ProtocolMax}
-	var out []Command
-	for _, t := range []CommandType{CmdInit, CmdClaim, CmdReserve, CmdRelease, CmdRemove, CmdFence} {
+	var out []core.Command
+	for _, t := range []core.CommandType{core.CmdInit, core.CmdClaim, core.CmdReserve, core.CmdRelease, core.CmdRemove, core.CmdFence} {
 		c := all
 		c.Type = t
 		out = append(out, c)
@@ -32,20 +33,20 @@ func entryCommands() []Command {
 
 // entryFields is what the entry of c's type keeps of c: the fields that
 // type's checks and Apply read.
-func entryFields(c Command) Command {
-	k := Command{Type: c.Type, ClusterID: c.ClusterID}
+func entryFields(c core.Command) core.Command {
+	k := core.Command{Type: c.Type, ClusterID: c.ClusterID}
 	switch c.Type {
-	case CmdInit:
+	case core.CmdInit:
 		k.Layout, k.Created, k.Start = c.Layout, c.Created, c.Start
-	case CmdClaim:
+	case core.CmdClaim:
 		k.Node, k.Layout = c.Node, c.Layout
-	case CmdReserve:
+	case core.CmdReserve:
 		k.NodeID, k.Slot, k.Tenure, k.UpTo = c.NodeID, c.Slot, c.Tenure, c.UpTo
-	case CmdRelease:
+	case core.CmdRelease:
 		k.NodeID, k.Tenure = c.NodeID, c.Tenure
-	case CmdRemove:
+	case core.CmdRemove:
 		k.NodeID = c.NodeID
-	case CmdFence:
+	case core.CmdFence:
 		k.Slot, k.UpTo, k.Foreign = c.Slot, c.UpTo, c.Foreign
 	}
 	return k
@@ -60,25 +61,25 @@ func entryFields(c Command) Command {
 func TestEntriesKeepTheirTypesFields(t *testing.T) {
 	for _, c := range entryCommands() {
 		want := entryFields(c)
-		data, err := EncodeEntry(c, ProtocolMax)
+		data, err := core.EncodeEntry(c, ProtocolMax)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, v, err := DecodeEntry(data, OwnProtocols)
+		got, v, err := core.DecodeEntry(data, core.OwnProtocols)
 		if err != nil || v != ProtocolMax || !reflect.DeepEqual(got, want) {
 			t.Errorf("%s entry reads back as %+v version %d (%v), want %+v version %d", c.Type, got, v, err, want, ProtocolMax)
 		}
 		var old v1Command
-		if err := json.Unmarshal(data[1:], &old); err != nil || CommandType(data[0]) != c.Type {
+		if err := json.Unmarshal(data[1:], &old); err != nil || core.CommandType(data[0]) != c.Type {
 			t.Fatalf("the release before cannot decode a %s entry: %v", c.Type, err)
 		}
 		sameFields(t, c.Type.String()+" entry", old, want)
 
-		flat, err := EncodeCommand(c)
+		flat, err := core.EncodeCommand(c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, v, err = DecodeEntry(flat, OwnProtocols)
+		got, v, err = core.DecodeEntry(flat, core.OwnProtocols)
 		if err != nil || v != 0 || !reflect.DeepEqual(got, want) {
 			t.Errorf("a %s entry of a release before the envelope reads as %+v version %d (%v), want %+v version 0", c.Type, got, v, err, want)
 		}
@@ -92,24 +93,24 @@ func TestMixedReplicasAgree(t *testing.T) {
 	l := generator.DefaultLayout()
 	now := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := l.Units(now)
-	cmds := []Command{
-		InitCommand(l, "c1", now, 0),
-		{Type: CmdClaim, Node: &NodeInfo{ID: "a", Datacenter: -1}, Layout: &l, ClusterID: "c1", SentAt: 1, Protocol: 2},
-		{Type: CmdClaim, Node: &NodeInfo{ID: "b", Datacenter: -1}, ClusterID: "c1"},
-		{Type: CmdReserve, NodeID: "a", Slot: 0, Tenure: 2, UpTo: at + 100, ClusterID: "c1", SentAt: 3},
-		{Type: CmdReserve, NodeID: "b", Slot: 0, Tenure: 3, UpTo: at + 100, ClusterID: "c1"}, // not b's slot
-		{Type: CmdFence, Slot: 1, UpTo: at + 200, Foreign: "c2", ClusterID: "c1"},
-		{Type: CmdRelease, NodeID: "a", Tenure: 2, ClusterID: "c1"},
-		{Type: CmdRemove, NodeID: "b", ClusterID: "c1"},
+	cmds := []core.Command{
+		core.InitCommand(l, "c1", now, 0),
+		{Type: core.CmdClaim, Node: &NodeInfo{ID: "a", Datacenter: -1}, Layout: &l, ClusterID: "c1", SentAt: 1, Protocol: 2},
+		{Type: core.CmdClaim, Node: &NodeInfo{ID: "b", Datacenter: -1}, ClusterID: "c1"},
+		{Type: core.CmdReserve, NodeID: "a", Slot: 0, Tenure: 2, UpTo: at + 100, ClusterID: "c1", SentAt: 3},
+		{Type: core.CmdReserve, NodeID: "b", Slot: 0, Tenure: 3, UpTo: at + 100, ClusterID: "c1"}, // not b's slot
+		{Type: core.CmdFence, Slot: 1, UpTo: at + 200, Foreign: "c2", ClusterID: "c1"},
+		{Type: core.CmdRelease, NodeID: "a", Tenure: 2, ClusterID: "c1"},
+		{Type: core.CmdRemove, NodeID: "b", ClusterID: "c1"},
 	}
 	flat, typed := newFSM(), newFSM()
 	for i, c := range cmds {
 		idx := uint64(i + 1)
-		a, err := EncodeCommand(c)
+		a, err := core.EncodeCommand(c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := EncodeEntry(c, ProtocolMax)
+		b, err := core.EncodeEntry(c, ProtocolMax)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,12 +132,12 @@ func isErr(v interface{}) bool { _, ok := v.(error); return ok }
 // changes anything, as an entry of an unknown type does (a later version
 // may give a field a meaning this one would not apply).
 func TestEntryOfAnUnspokenVersionStopsTheReplica(t *testing.T) {
-	c := Command{Type: CmdRemove, NodeID: "a", ClusterID: "c1"}
-	data, err := EncodeEntry(c, ProtocolMax+1)
+	c := core.Command{Type: core.CmdRemove, NodeID: "a", ClusterID: "c1"}
+	data, err := core.EncodeEntry(c, ProtocolMax+1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, v, err := DecodeEntry(data, OwnProtocols); !errors.Is(err, ErrEntryVersion) || !errors.Is(err, ErrProtocol) || v != ProtocolMax+1 {
+	if _, v, err := core.DecodeEntry(data, core.OwnProtocols); !errors.Is(err, core.ErrEntryVersion) || !errors.Is(err, ErrProtocol) || v != ProtocolMax+1 {
 		t.Fatalf("decodeEntry of a version %d entry: version %d, %v; want errEntryVersion", ProtocolMax+1, v, err)
 	}
 	f := newFSM()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/generator"
 	"github.com/idgen/idgen/scripts/harness"
 )
@@ -22,10 +23,10 @@ type pseudoNode struct {
 	clock generator.Clock
 }
 
-func (p *pseudoNode) command(c Command) []byte {
+func (p *pseudoNode) command(c core.Command) []byte {
 	c.SentAt = p.clock.Now().UnixNano()
 	c.ClusterID = p.tc.node("a").ident.ownCluster()
-	data, err := EncodeCommand(c)
+	data, err := core.EncodeCommand(c)
 	if err != nil {
 		panic(err)
 	}
@@ -34,7 +35,7 @@ func (p *pseudoNode) command(c Command) []byte {
 
 func (p *pseudoNode) claimData() []byte {
 	l := generator.DefaultLayout()
-	return p.command(Command{Type: CmdClaim, Layout: &l, Node: &NodeInfo{ID: p.id, Name: "x", Datacenter: -1}})
+	return p.command(core.Command{Type: core.CmdClaim, Layout: &l, Node: &NodeInfo{ID: p.id, Name: "x", Datacenter: -1}})
 }
 
 // enroll makes the pseudo node a server of the cluster (a non-voter at an
@@ -47,7 +48,7 @@ func (p *pseudoNode) enroll() {
 }
 
 // deliver hands the command to the current leader, as a forward would.
-func (p *pseudoNode) deliver(data []byte) (Result, error) {
+func (p *pseudoNode) deliver(data []byte) (core.Result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var leader *Node
@@ -57,9 +58,9 @@ func (p *pseudoNode) deliver(data []byte) (Result, error) {
 	})
 	out, err := leader.ApplyForwarded(ctx, data)
 	if err != nil {
-		return Result{}, err
+		return core.Result{}, err
 	}
-	return DecodeResult(out)
+	return core.DecodeResult(out)
 }
 
 // TestDelayedClaimNeverExtendsAnOldGenerator: X's first claim is held in
@@ -85,9 +86,9 @@ func TestDelayedClaimNeverExtendsAnOldGenerator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reserveB := func() (Result, error) {
-		upTo := gB.Head() + UnitsCeil(DefaultLead, layout.Unit)
-		return x.deliver(x.command(Command{Type: CmdReserve, NodeID: x.id, Slot: gB.Slot(), Tenure: r2.Tenure, UpTo: upTo}))
+	reserveB := func() (core.Result, error) {
+		upTo := gB.Head() + core.UnitsCeil(DefaultLead, layout.Unit)
+		return x.deliver(x.command(core.Command{Type: core.CmdReserve, NodeID: x.id, Slot: gB.Slot(), Tenure: r2.Tenure, UpTo: upTo}))
 	}
 	harness.WaitFor(t, 10*time.Second, "a grant for gB", func() bool {
 		r, err := reserveB()
@@ -222,9 +223,9 @@ func TestLeaderAnswersOnlyAfterBarrier(t *testing.T) {
 	a := tc.start("a")
 	waitReady(t, a)
 	st := a.Status()
-	c := Command{Type: CmdReserve, NodeID: a.ID(), Slot: st.Slot, Tenure: a.agent.tenure.Load(), UpTo: st.Granted + 1,
+	c := core.Command{Type: core.CmdReserve, NodeID: a.ID(), Slot: st.Slot, Tenure: a.agent.tenure.Load(), UpTo: st.Granted + 1,
 		SentAt: time.Now().UnixNano(), ClusterID: a.ident.ownCluster()}
-	data, err := EncodeCommand(c)
+	data, err := core.EncodeCommand(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +238,7 @@ func TestLeaderAnswersOnlyAfterBarrier(t *testing.T) {
 		t.Fatalf("after the barrier: %v", err)
 	}
 	// A forwarded command of the wrong shape is refused before anything is proposed.
-	bad, _ := EncodeCommand(Command{Type: CmdReserve, Slot: st.Slot, UpTo: st.Granted + 100, Tenure: 1})
+	bad, _ := core.EncodeCommand(core.Command{Type: core.CmdReserve, Slot: st.Slot, UpTo: st.Granted + 100, Tenure: 1})
 	before := a.rs.raft.LastIndex()
 	if _, err := a.ApplyForwarded(context.Background(), bad); !errors.Is(err, ErrBadCommand) {
 		t.Fatalf("malformed forward: %v, want %v", err, ErrBadCommand)

@@ -4,6 +4,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"testing"
+
+	"github.com/idgen/idgen/cluster/core"
 )
 
 // TestForgedForeignClusterStopsNobodyAndBurnsNoSlot: members with the gossip
@@ -25,7 +27,7 @@ func TestForgedForeignClusterStopsNobodyAndBurnsNoSlot(t *testing.T) {
 	}
 	highWater := func() []int64 {
 		var hw []int64
-		tc.node("a").fsm.view(func(s *State) {
+		tc.node("a").fsm.view(func(s *core.State) {
 			for _, sl := range s.Slots {
 				hw = append(hw, sl.HighWater)
 			}
@@ -50,7 +52,7 @@ func TestForgedForeignClusterStopsNobodyAndBurnsNoSlot(t *testing.T) {
 	after := highWater()
 	layout := tc.node("a").Layout()
 	for i := range before {
-		if after[i] > layout.Units(tc.node("a").clock.Now())+UnitsCeil(tc.node("a").cfg.MaxAhead, layout.Unit)+1 {
+		if after[i] > layout.Units(tc.node("a").clock.Now())+core.UnitsCeil(tc.node("a").cfg.MaxAhead, layout.Unit)+1 {
 			t.Fatalf("slot %d's high-water moved from %d to %d: fenced on a forged window", i, before[i], after[i])
 		}
 	}

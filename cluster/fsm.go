@@ -9,13 +9,15 @@ import (
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/idgen/idgen/cluster/core"
 )
 
 // fsm applies the log to the state. It is the only writer of the state; reads
 // go through view, which hands out the current state under a read lock.
 type fsm struct {
 	mu    sync.RWMutex
-	state *State
+	state *core.State
 	// changed receives a signal (never blocking) after every applied entry,
 	// waking the slot agent for its next pass. The agent may be blocked in
 	// a reserve (2 s) or a claim (5 s) meanwhile; a generator whose tenure
@@ -33,11 +35,11 @@ type fsm struct {
 }
 
 func newFSM() *fsm {
-	return &fsm{state: NewState(), changed: make(chan struct{}, 1)}
+	return &fsm{state: core.NewState(), changed: make(chan struct{}, 1)}
 }
 
 // view runs f with the current state; f must not keep or modify it.
-func (f *fsm) view(fn func(s *State)) {
+func (f *fsm) view(fn func(s *core.State)) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	fn(f.state)
@@ -55,13 +57,13 @@ func (f *fsm) Apply(l *raft.Log) interface{} {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
-	if len(l.Data) > 0 && !CommandType(l.Data[0]).Known() {
+	if len(l.Data) > 0 && !core.CommandType(l.Data[0]).Known() {
 		// Consul and Nomad stop here too: a replica that skipped an entry it
 		// does not understand would silently diverge from the others.
 		panic(fmt.Sprintf("idgen fsm: unknown command type %d at index %d: upgrade this node", l.Data[0], l.Index))
 	}
-	c, _, err := DecodeEntry(l.Data, OwnProtocols)
-	if errors.Is(err, ErrEntryVersion) {
+	c, _, err := core.DecodeEntry(l.Data, core.OwnProtocols)
+	if errors.Is(err, core.ErrEntryVersion) {
 		// As with an unknown type: a replica that applied an entry by rules
 		// older than the ones it was written under could diverge.
 		panic(fmt.Sprintf("idgen fsm: %v, at index %d: upgrade this node", err, l.Index))
@@ -76,7 +78,7 @@ func (f *fsm) Apply(l *raft.Log) interface{} {
 }
 
 // applyLocked applies entry index, decoded as c (or refused with decodeErr).
-func (f *fsm) applyLocked(index uint64, c Command, decodeErr error) interface{} {
+func (f *fsm) applyLocked(index uint64, c core.Command, decodeErr error) interface{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.state.Index = index
@@ -99,7 +101,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	f.lastCommand.Store(nil)
-	s := NewState()
+	s := core.NewState()
 	if err := json.NewDecoder(rc).Decode(s); err != nil {
 		return fmt.Errorf("restore snapshot: %w", err)
 	}
@@ -119,7 +121,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-type fsmSnapshot struct{ state *State }
+type fsmSnapshot struct{ state *core.State }
 
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	if err := json.NewEncoder(sink).Encode(s.state); err != nil {

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/idgen/idgen/cluster/core"
 )
 
 // Apply and Restore must never panic on their input: every replica applies
@@ -27,7 +29,7 @@ const fuzzEntrySep = 0
 // held, reserved, released and free slots.
 func fuzzCluster(tb testing.TB) *fsm {
 	f := newFSM()
-	for _, c := range []Command{initCmd(), claimCmd("a", -1), claimCmd("b", 1), claimCmd("c", 3),
+	for _, c := range []core.Command{initCmd(), claimCmd("a", -1), claimCmd("b", 1), claimCmd("c", 3),
 		reserveCmd("a", 0, 40), reserveCmd("b", 2, 50), releaseCmd("c"), claimCmd("d", 0)} {
 		if r, _ := applyEntry(f, mustEncode(tb, withTenure(f, c))); !isResult(r) {
 			tb.Fatalf("building the fuzz state: %s: %v", c.Type, r)
@@ -36,11 +38,11 @@ func fuzzCluster(tb testing.TB) *fsm {
 	return f
 }
 
-func isResult(v interface{}) bool { _, ok := v.(Result); return ok }
+func isResult(v interface{}) bool { _, ok := v.(core.Result); return ok }
 
-func mustEncode(tb testing.TB, c Command) []byte {
+func mustEncode(tb testing.TB, c core.Command) []byte {
 	tb.Helper()
-	data, err := EncodeCommand(c)
+	data, err := core.EncodeCommand(c)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -57,46 +59,46 @@ func FuzzApply(f *testing.F) {
 	base := fuzzCluster(f)
 	layout := *base.state.Layout
 	// Valid commands of every type, against the base state's tenures.
-	for _, c := range []Command{
+	for _, c := range []core.Command{
 		initCmd(),
 		claimCmd("e", -1),
 		claimCmd("a", -1),
 		claimCmd("f", 2),
-		{Type: CmdClaim, Node: &NodeInfo{ID: "g", Datacenter: 1}, Layout: &layout, ClusterID: "test-cluster"},
-		{Type: CmdReserve, NodeID: "a", Slot: 0, Tenure: 2, UpTo: 90},
-		{Type: CmdReserve, NodeID: "b", Slot: 2, Tenure: 3, UpTo: layout.MaxTimestamp()},
-		{Type: CmdRelease, NodeID: "a", Tenure: 2},
-		{Type: CmdRemove, NodeID: "b"},
-		{Type: CmdRemove, NodeID: "c"},
-		{Type: CmdFence, Slot: 0, UpTo: 500, Foreign: "other-cluster", ClusterID: "test-cluster"},
-		{Type: CmdFence, Slot: 7, UpTo: 5, Foreign: "other-cluster"},
+		{Type: core.CmdClaim, Node: &NodeInfo{ID: "g", Datacenter: 1}, Layout: &layout, ClusterID: "test-cluster"},
+		{Type: core.CmdReserve, NodeID: "a", Slot: 0, Tenure: 2, UpTo: 90},
+		{Type: core.CmdReserve, NodeID: "b", Slot: 2, Tenure: 3, UpTo: layout.MaxTimestamp()},
+		{Type: core.CmdRelease, NodeID: "a", Tenure: 2},
+		{Type: core.CmdRemove, NodeID: "b"},
+		{Type: core.CmdRemove, NodeID: "c"},
+		{Type: core.CmdFence, Slot: 0, UpTo: 500, Foreign: "other-cluster", ClusterID: "test-cluster"},
+		{Type: core.CmdFence, Slot: 7, UpTo: 5, Foreign: "other-cluster"},
 	} {
 		f.Add(mustEncode(f, c))
 	}
 	// The crash that motivated all this, and its neighbours.
 	f.Add(mustEncode(f, claimCmd("big", 1<<62)))
-	f.Add(append([]byte{byte(CmdClaim)}, `{"node":{"id":"x","datacenter":4611686018427387904}}`...))
+	f.Add(append([]byte{byte(core.CmdClaim)}, `{"node":{"id":"x","datacenter":4611686018427387904}}`...))
 	f.Add(mustEncode(f, claimCmd("four", 4)))
-	f.Add(mustEncode(f, Command{Type: CmdReserve, NodeID: "a", Slot: 99, Tenure: 2, UpTo: 90}))
-	f.Add(mustEncode(f, Command{Type: CmdReserve, NodeID: "a", Slot: -1, Tenure: 2, UpTo: 90}))
-	f.Add(mustEncode(f, Command{Type: CmdReserve, NodeID: "a", Slot: 0, Tenure: 2, UpTo: 1 << 62}))
-	f.Add(mustEncode(f, Command{Type: CmdFence, Slot: 1 << 40, UpTo: 5, Foreign: "x"}))
-	f.Add(mustEncode(f, Command{Type: CmdReserve, NodeID: "a", Slot: 0, Tenure: 2, UpTo: 90, ClusterID: "another"}))
+	f.Add(mustEncode(f, core.Command{Type: core.CmdReserve, NodeID: "a", Slot: 99, Tenure: 2, UpTo: 90}))
+	f.Add(mustEncode(f, core.Command{Type: core.CmdReserve, NodeID: "a", Slot: -1, Tenure: 2, UpTo: 90}))
+	f.Add(mustEncode(f, core.Command{Type: core.CmdReserve, NodeID: "a", Slot: 0, Tenure: 2, UpTo: 1 << 62}))
+	f.Add(mustEncode(f, core.Command{Type: core.CmdFence, Slot: 1 << 40, UpTo: 5, Foreign: "x"}))
+	f.Add(mustEncode(f, core.Command{Type: core.CmdReserve, NodeID: "a", Slot: 0, Tenure: 2, UpTo: 90, ClusterID: "another"}))
 	// A sequence: a claim, then a reserve of the tenure it opens.
 	claim := mustEncode(f, claimCmd("h", -1))
 	r, _ := applyEntry(base, claim)
 	if !isResult(r) {
 		f.Fatalf("seed claim: %v", r)
 	}
-	reserve := mustEncode(f, Command{Type: CmdReserve, NodeID: "h", Slot: r.(Result).Slot, Tenure: r.(Result).Tenure, UpTo: 70})
+	reserve := mustEncode(f, core.Command{Type: core.CmdReserve, NodeID: "h", Slot: r.(core.Result).Slot, Tenure: r.(core.Result).Tenure, UpTo: 70})
 	if r, _ := applyEntry(base, reserve); !isResult(r) {
 		f.Fatalf("seed reserve: %v", r)
 	}
 	f.Add(append(append(claim, fuzzEntrySep), reserve...))
 	// Corrupt and unknown entries.
 	f.Add([]byte{})
-	f.Add([]byte{byte(CmdClaim), '{'})
-	f.Add([]byte{byte(CmdReserve)})
+	f.Add([]byte{byte(core.CmdClaim), '{'})
+	f.Add([]byte{byte(core.CmdReserve)})
 	f.Add([]byte{99, '{', '}'})
 	f.Add([]byte{0xff})
 
@@ -112,7 +114,7 @@ func FuzzApply(f *testing.F) {
 			for _, e := range entries {
 				before := m.state.Clone()
 				res, p := applyEntry(m, e)
-				unknown := len(e) > 0 && !CommandType(e[0]).Known()
+				unknown := len(e) > 0 && !core.CommandType(e[0]).Known()
 				if unknown != (p != nil) {
 					t.Fatalf("entry %q: panicked %v, want a panic only for an unknown command type", e, p)
 				}
@@ -132,7 +134,7 @@ func FuzzApply(f *testing.F) {
 					if !reflect.DeepEqual(before, after) {
 						t.Fatalf("entry %q was refused (%v) but changed the state", e, r)
 					}
-				case Result:
+				case core.Result:
 				default:
 					t.Fatalf("entry %q: Apply returned %T %v", e, res, res)
 				}
@@ -162,7 +164,7 @@ func FuzzRestore(f *testing.F) {
 	f.Add(snapshotOf(fuzzCluster(f)))
 	f.Add(snapshotOf(newFSM()))
 	fenced := fuzzCluster(f)
-	if r, _ := applyEntry(fenced, mustEncode(f, Command{Type: CmdFence, Slot: 0, UpTo: 300, Foreign: "other"})); !isResult(r) {
+	if r, _ := applyEntry(fenced, mustEncode(f, core.Command{Type: core.CmdFence, Slot: 0, UpTo: 300, Foreign: "other"})); !isResult(r) {
 		f.Fatalf("seed fence: %v", r)
 	}
 	f.Add(snapshotOf(fenced))
@@ -201,7 +203,7 @@ func FuzzRestore(f *testing.F) {
 // must keep passing check.
 func exercise(t *testing.T, m *fsm) {
 	t.Helper()
-	apply := func(c Command) {
+	apply := func(c core.Command) {
 		t.Helper()
 		if _, p := applyEntry(m, mustEncode(t, c)); p != nil {
 			t.Fatalf("valid %s %+v panicked: %v", c.Type, c, p)
@@ -210,7 +212,7 @@ func exercise(t *testing.T, m *fsm) {
 			t.Fatalf("valid %s %+v broke the state: %v", c.Type, c, err)
 		}
 	}
-	m.view(func(s *State) { // the readers in node.go
+	m.view(func(s *core.State) { // the readers in node.go
 		_ = s.SortedNodeIDs()
 		for _, sl := range s.Slots {
 			if sl.Owner != "" {
@@ -226,7 +228,7 @@ func exercise(t *testing.T, m *fsm) {
 	dcs := 1 << s.Layout.DatacenterBits
 	nodes := append(s.SortedNodeIDs(), "fuzz-new-1", "fuzz-new-2")
 	for k, id := range nodes {
-		apply(Command{Type: CmdClaim, Node: &NodeInfo{ID: id, Name: id, Datacenter: k%(dcs+1) - 1}})
+		apply(core.Command{Type: core.CmdClaim, Node: &NodeInfo{ID: id, Name: id, Datacenter: k%(dcs+1) - 1}})
 	}
 	for i := range m.state.Slots {
 		sl := m.state.Slots[i]
@@ -237,18 +239,18 @@ func exercise(t *testing.T, m *fsm) {
 		if upTo > m.state.Layout.MaxTimestamp() {
 			upTo = m.state.Layout.MaxTimestamp()
 		}
-		apply(Command{Type: CmdReserve, NodeID: sl.Owner, Slot: i, Tenure: sl.Tenure, UpTo: upTo})
-		apply(Command{Type: CmdReserve, NodeID: sl.Owner, Slot: i, Tenure: sl.Tenure + 1, UpTo: upTo})
+		apply(core.Command{Type: core.CmdReserve, NodeID: sl.Owner, Slot: i, Tenure: sl.Tenure, UpTo: upTo})
+		apply(core.Command{Type: core.CmdReserve, NodeID: sl.Owner, Slot: i, Tenure: sl.Tenure + 1, UpTo: upTo})
 	}
 	for k, id := range nodes {
 		if k%2 == 0 {
 			if i := m.state.SlotOf(id); i >= 0 {
-				apply(Command{Type: CmdRelease, NodeID: id, Tenure: m.state.Slots[i].Tenure})
+				apply(core.Command{Type: core.CmdRelease, NodeID: id, Tenure: m.state.Slots[i].Tenure})
 			}
 		} else {
-			apply(Command{Type: CmdRemove, NodeID: id})
+			apply(core.Command{Type: core.CmdRemove, NodeID: id})
 		}
 	}
 	apply(claimCmd(nodes[0], -1))
-	apply(Command{Type: CmdFence, Slot: len(m.state.Slots) - 1, UpTo: m.state.Layout.MaxTimestamp(), Foreign: "fuzz-other"})
+	apply(core.Command{Type: core.CmdFence, Slot: len(m.state.Slots) - 1, UpTo: m.state.Layout.MaxTimestamp(), Foreign: "fuzz-other"})
 }

@@ -6,6 +6,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	"pgregory.net/rapid"
+
+	"github.com/idgen/idgen/cluster/core"
 )
 
 // TestFSMWindowsNeverOverlap drives the state machine with random claims,
@@ -18,8 +20,8 @@ import (
 func TestFSMWindowsNeverOverlap(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		f := newFSM()
-		apply := func(c Command) interface{} {
-			data, err := EncodeCommand(c)
+		apply := func(c core.Command) interface{} {
+			data, err := core.EncodeCommand(c)
 			if err != nil {
 				rt.Fatal(err)
 			}
@@ -48,7 +50,7 @@ func TestFSMWindowsNeverOverlap(t *testing.T) {
 		steps := rapid.IntRange(1, 200).Draw(rt, "steps")
 		for i := 0; i < steps; i++ {
 			node := rapid.SampledFrom(nodes).Draw(rt, "node")
-			var c Command
+			var c core.Command
 			switch op := rapid.IntRange(0, 3).Draw(rt, "op"); op {
 			case 0:
 				c = claimCmd(node, rapid.IntRange(-1, 3).Draw(rt, "dc"))
@@ -56,17 +58,17 @@ func TestFSMWindowsNeverOverlap(t *testing.T) {
 				c = reserveCmd(node, rapid.IntRange(0, 7).Draw(rt, "slot"), rapid.Int64Range(0, 1000).Draw(rt, "upTo"))
 				c.Tenure = pickTenure(node)
 			case 2:
-				c = Command{Type: CmdRelease, NodeID: node, Tenure: pickTenure(node)}
+				c = core.Command{Type: core.CmdRelease, NodeID: node, Tenure: pickTenure(node)}
 			default:
-				c = Command{Type: CmdRemove, NodeID: node}
+				c = core.Command{Type: core.CmdRemove, NodeID: node}
 			}
 			res := apply(c)
-			if r, ok := res.(Result); ok {
+			if r, ok := res.(core.Result); ok {
 				switch c.Type {
-				case CmdClaim:
+				case core.CmdClaim:
 					held[r.Tenure] = &window{node, r.Slot, r.Floor, r.Floor}
 					tenuresOf[node] = append(tenuresOf[node], r.Tenure)
-				case CmdReserve:
+				case core.CmdReserve:
 					w := held[c.Tenure]
 					if w == nil || w.node != node || w.slot != c.Slot {
 						rt.Fatalf("reserve by %s on slot %d accepted for tenure %d that no claim of its own returned", node, c.Slot, c.Tenure)

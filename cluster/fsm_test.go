@@ -12,15 +12,16 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/generator"
 )
 
 // applyAll feeds commands to a fresh FSM as Raft would, returning the results.
-func applyAll(t *testing.T, f *fsm, cmds ...Command) []interface{} {
+func applyAll(t *testing.T, f *fsm, cmds ...core.Command) []interface{} {
 	t.Helper()
 	var out []interface{}
 	for _, c := range cmds {
-		data, err := EncodeCommand(withTenure(f, c))
+		data, err := core.EncodeCommand(withTenure(f, c))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -34,7 +35,7 @@ func applyAll(t *testing.T, f *fsm, cmds ...Command) []interface{} {
 // filled in by withTenure just before the command is applied.
 const tenureCurrent = ^uint64(0)
 
-func withTenure(f *fsm, c Command) Command {
+func withTenure(f *fsm, c core.Command) core.Command {
 	if c.Tenure == tenureCurrent {
 		c.Tenure = 0
 		if i := f.state.SlotOf(c.NodeID); i >= 0 {
@@ -44,27 +45,27 @@ func withTenure(f *fsm, c Command) Command {
 	return c
 }
 
-func initCmd() Command {
+func initCmd() core.Command {
 	l := generator.DefaultLayout()
-	return Command{Type: CmdInit, Layout: &l, ClusterID: "test-cluster"}
+	return core.Command{Type: core.CmdInit, Layout: &l, ClusterID: "test-cluster"}
 }
 
-func releaseCmd(id string) Command {
-	return Command{Type: CmdRelease, NodeID: id, Tenure: tenureCurrent}
+func releaseCmd(id string) core.Command {
+	return core.Command{Type: core.CmdRelease, NodeID: id, Tenure: tenureCurrent}
 }
 
-func claimCmd(id string, dc int) Command {
+func claimCmd(id string, dc int) core.Command {
 	l := generator.DefaultLayout()
-	return Command{Type: CmdClaim, Node: &NodeInfo{ID: id, Name: id, Datacenter: dc}, Layout: &l}
+	return core.Command{Type: core.CmdClaim, Node: &NodeInfo{ID: id, Name: id, Datacenter: dc}, Layout: &l}
 }
 
-func reserveCmd(id string, slot int, upTo int64) Command {
-	return Command{Type: CmdReserve, NodeID: id, Slot: slot, UpTo: upTo, Tenure: tenureCurrent}
+func reserveCmd(id string, slot int, upTo int64) core.Command {
+	return core.Command{Type: core.CmdReserve, NodeID: id, Slot: slot, UpTo: upTo, Tenure: tenureCurrent}
 }
 
-func mustResult(t *testing.T, v interface{}) Result {
+func mustResult(t *testing.T, v interface{}) core.Result {
 	t.Helper()
-	r, ok := v.(Result)
+	r, ok := v.(core.Result)
 	if !ok {
 		t.Fatalf("want result, got %T: %v", v, v)
 	}
@@ -113,10 +114,10 @@ func TestGrantNeverCrossesTenures(t *testing.T) {
 	applyAll(t, f, initCmd())
 	gB := mustResult(t, applyAll(t, f, claimCmd("X", -1))[0])
 	mustResult(t, applyAll(t, f, reserveCmd("X", gB.Slot, 100))[0])
-	applyAll(t, f, Command{Type: CmdRemove, NodeID: "X"})
+	applyAll(t, f, core.Command{Type: core.CmdRemove, NodeID: "X"})
 	y := mustResult(t, applyAll(t, f, claimCmd("Y", -1))[0])
 	mustResult(t, applyAll(t, f, reserveCmd("Y", y.Slot, 200))[0])
-	applyAll(t, f, Command{Type: CmdRemove, NodeID: "Y"})
+	applyAll(t, f, core.Command{Type: core.CmdRemove, NodeID: "Y"})
 	late := mustResult(t, applyAll(t, f, claimCmd("X", -1))[0]) // the delayed claim
 	if late.Slot != gB.Slot || late.Floor != 200 {
 		t.Fatalf("late claim got slot %d floor %d, want slot %d floor 200", late.Slot, late.Floor, gB.Slot)
@@ -142,21 +143,21 @@ func TestMalformedCommandsAreRefused(t *testing.T) {
 	long.Node.Name = strings.Repeat("x", 1<<20)
 	longAddr := claimCmd("addr", -1)
 	longAddr.Node.GRPCAddr = strings.Repeat("x", 300)
-	for name, c := range map[string]Command{
-		"reserve with empty node on a free slot": {Type: CmdReserve, Slot: 3, UpTo: 100, Tenure: 1},
-		"reserve without tenure":                 {Type: CmdReserve, NodeID: "a", Slot: 0, UpTo: 100},
-		"reserve of a slot out of range":         {Type: CmdReserve, NodeID: "a", Slot: 99, UpTo: 100, Tenure: 2},
-		"reserve of a negative slot":             {Type: CmdReserve, NodeID: "a", Slot: -1, UpTo: 100, Tenure: 2},
-		"reserve naming another tenure":          {Type: CmdReserve, NodeID: "a", Slot: 0, UpTo: 100, Tenure: 1},
-		"release with empty node":                {Type: CmdRelease, Tenure: 2},
-		"release without tenure":                 {Type: CmdRelease, NodeID: "a"},
-		"remove with empty node":                 {Type: CmdRemove},
-		"claim without node":                     {Type: CmdClaim},
+	for name, c := range map[string]core.Command{
+		"reserve with empty node on a free slot": {Type: core.CmdReserve, Slot: 3, UpTo: 100, Tenure: 1},
+		"reserve without tenure":                 {Type: core.CmdReserve, NodeID: "a", Slot: 0, UpTo: 100},
+		"reserve of a slot out of range":         {Type: core.CmdReserve, NodeID: "a", Slot: 99, UpTo: 100, Tenure: 2},
+		"reserve of a negative slot":             {Type: core.CmdReserve, NodeID: "a", Slot: -1, UpTo: 100, Tenure: 2},
+		"reserve naming another tenure":          {Type: core.CmdReserve, NodeID: "a", Slot: 0, UpTo: 100, Tenure: 1},
+		"release with empty node":                {Type: core.CmdRelease, Tenure: 2},
+		"release without tenure":                 {Type: core.CmdRelease, NodeID: "a"},
+		"remove with empty node":                 {Type: core.CmdRemove},
+		"claim without node":                     {Type: core.CmdClaim},
 		"claim with empty node ID":               claimCmd("", -1),
 		"claim with a 1 MiB name":                long,
 		"claim with a 300-byte address":          longAddr,
 		"second init":                            initCmd(),
-		"init without cluster ID":                {Type: CmdInit, Layout: initCmd().Layout},
+		"init without cluster ID":                {Type: core.CmdInit, Layout: initCmd().Layout},
 	} {
 		res := applyAll(t, f, c)[0]
 		if _, ok := res.(error); !ok {
@@ -230,7 +231,7 @@ func TestClaimBeforeInitAndLayoutMismatch(t *testing.T) {
 	c := claimCmd("a", -1)
 	c.Layout = &other
 	mustErr(t, applyAll(t, f, c)[0], ErrLayoutMismatch)
-	mustErr(t, applyAll(t, f, Command{Type: CmdInit, Layout: &other, ClusterID: "x"})[0], ErrLayoutMismatch)
+	mustErr(t, applyAll(t, f, core.Command{Type: core.CmdInit, Layout: &other, ClusterID: "x"})[0], ErrLayoutMismatch)
 }
 
 func TestReserveFencesNonOwner(t *testing.T) {
@@ -253,7 +254,7 @@ func TestHighWaterNeverDecreases(t *testing.T) {
 		releaseCmd("a"),
 		claimCmd("b", -1),
 		reserveCmd("b", 0, 90),
-		Command{Type: CmdRemove, NodeID: "b"},
+		core.Command{Type: core.CmdRemove, NodeID: "b"},
 		claimCmd("c", -1))
 	if g := mustResult(t, res[3]).Granted; g != 100 {
 		t.Fatalf("lower reserve returned granted %d, want 100", g)
@@ -285,7 +286,7 @@ func TestHighWaterNeverDecreases(t *testing.T) {
 
 func TestReleaseUnknownNode(t *testing.T) {
 	f := newFSM()
-	mustErr(t, applyAll(t, f, initCmd(), Command{Type: CmdRemove, NodeID: "ghost"})[1], ErrUnknownNode)
+	mustErr(t, applyAll(t, f, initCmd(), core.Command{Type: core.CmdRemove, NodeID: "ghost"})[1], ErrUnknownNode)
 }
 
 func TestUnknownCommandStopsTheNode(t *testing.T) {
@@ -335,8 +336,8 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 }
 
 func TestReplayGivesSameState(t *testing.T) {
-	cmds := []Command{initCmd(), claimCmd("a", -1), claimCmd("b", 3), reserveCmd("a", 0, 10),
-		reserveCmd("b", 6, 12), Command{Type: CmdRemove, NodeID: "a"}, claimCmd("c", -1), reserveCmd("c", 0, 30)}
+	cmds := []core.Command{initCmd(), claimCmd("a", -1), claimCmd("b", 3), reserveCmd("a", 0, 10),
+		reserveCmd("b", 6, 12), core.Command{Type: core.CmdRemove, NodeID: "a"}, claimCmd("c", -1), reserveCmd("c", 0, 30)}
 	f, g := newFSM(), newFSM()
 	r1, r2 := applyAll(t, f, cmds...), applyAll(t, g, cmds...)
 	if !reflect.DeepEqual(f.state, g.state) || !reflect.DeepEqual(r1, r2) {
@@ -363,7 +364,7 @@ func TestRestoreRefusesBrokenSnapshots(t *testing.T) {
 
 // unchanged fails unless f's state equals before, but for the Index that
 // Apply sets for every entry.
-func unchanged(t *testing.T, name string, f *fsm, before *State) {
+func unchanged(t *testing.T, name string, f *fsm, before *core.State) {
 	t.Helper()
 	after := f.state.Clone()
 	after.Index = before.Index
@@ -382,7 +383,7 @@ func TestCommandsOutsideTheLayoutAreRefused(t *testing.T) {
 	max := f.state.Layout.MaxTimestamp()
 	cases := []struct {
 		name string
-		c    Command
+		c    core.Command
 		want string
 	}{
 		{"claim with datacenter 2^62", claimCmd("big", 1<<62), "datacenter 4611686018427387904"},
@@ -430,10 +431,10 @@ func TestInitOutsideItsLayoutIsRefused(t *testing.T) {
 	late.Start = late.Layout.MaxTimestamp() + 1
 	negative := initCmd()
 	negative.Start = -1
-	for name, c := range map[string]Command{"2^61 slots": huge, "start past the layout": late, "negative start": negative} {
+	for name, c := range map[string]core.Command{"2^61 slots": huge, "start past the layout": late, "negative start": negative} {
 		f := newFSM()
 		mustErr(t, applyAll(t, f, c)[0], ErrBadCommand)
-		unchanged(t, name, f, NewState())
+		unchanged(t, name, f, core.NewState())
 	}
 }
 
@@ -444,10 +445,10 @@ func TestCorruptEntryOfAKnownTypeIsRefused(t *testing.T) {
 	f := newFSM()
 	applyAll(t, f, initCmd(), claimCmd("a", -1))
 	for name, data := range map[string][]byte{
-		"not JSON":            {byte(CmdClaim), '{'},
-		"no body":             {byte(CmdReserve)},
-		"wrong field type":    append([]byte{byte(CmdClaim)}, `{"node":{"id":"x","datacenter":"one"}}`...),
-		"datacenter too wide": append([]byte{byte(CmdClaim)}, `{"node":{"id":"x","datacenter":1e30}}`...),
+		"not JSON":            {byte(core.CmdClaim), '{'},
+		"no body":             {byte(core.CmdReserve)},
+		"wrong field type":    append([]byte{byte(core.CmdClaim)}, `{"node":{"id":"x","datacenter":"one"}}`...),
+		"datacenter too wide": append([]byte{byte(core.CmdClaim)}, `{"node":{"id":"x","datacenter":1e30}}`...),
 		"empty entry":         {},
 	} {
 		before := f.state.Clone()
@@ -465,7 +466,7 @@ func TestCorruptEntryOfAKnownTypeIsRefused(t *testing.T) {
 // version does not know, and known() agrees with String().
 func TestKnownCommandTypes(t *testing.T) {
 	for b := 0; b < 256; b++ {
-		typ := CommandType(b)
+		typ := core.CommandType(b)
 		if typ.Known() == strings.HasPrefix(typ.String(), "unknown(") {
 			t.Errorf("type %d: known() = %v but String() = %q", b, typ.Known(), typ.String())
 		}
@@ -489,14 +490,14 @@ func TestMissingTenureRecordIsRefused(t *testing.T) {
 	f := newFSM()
 	applyAll(t, f, initCmd(), claimCmd("a", -1), claimCmd("b", -1))
 	f.state.Tenures = f.state.Tenures[1:] // a's record is gone
-	for name, c := range map[string]Command{
+	for name, c := range map[string]core.Command{
 		"re-claim": claimCmd("a", -1),
 		"reserve":  reserveCmd("a", 0, 50),
 		"release":  releaseCmd("a"),
-		"remove":   {Type: CmdRemove, NodeID: "a"},
+		"remove":   {Type: core.CmdRemove, NodeID: "a"},
 	} {
 		before := f.state.Clone()
-		mustErr(t, applyAll(t, f, c)[0], ErrStateCorrupt)
+		mustErr(t, applyAll(t, f, c)[0], core.ErrStateCorrupt)
 		unchanged(t, name, f, before)
 	}
 	mustResult(t, applyAll(t, f, reserveCmd("b", 1, 50))[0])
@@ -518,12 +519,12 @@ func TestFreeSlotTakesAnyDatacenter(t *testing.T) {
 // Apply or a reader indexes by (or an invariant Apply keeps); each must be
 // refused rather than loaded.
 func TestRestoreRefusesStatesApplyCannotMake(t *testing.T) {
-	valid := func() *State {
+	valid := func() *core.State {
 		f := newFSM()
 		applyAll(t, f, initCmd(), claimCmd("a", -1), claimCmd("b", 1), reserveCmd("a", 0, 77), releaseCmd("b"), claimCmd("c", 2))
 		return f.state.Clone()
 	}
-	restore := func(s *State) error {
+	restore := func(s *core.State) error {
 		body, err := json.Marshal(s)
 		if err != nil {
 			t.Fatal(err)
@@ -533,32 +534,32 @@ func TestRestoreRefusesStatesApplyCannotMake(t *testing.T) {
 	if err := restore(valid()); err != nil {
 		t.Fatalf("a valid state was refused: %v", err)
 	}
-	for name, breakIt := range map[string]func(s *State){
-		"tenure with empty node ID":      func(s *State) { s.Tenures[0].NodeID = "" },
-		"tenure with a 65-byte node ID":  func(s *State) { s.Tenures[1].NodeID = strings.Repeat("x", 65) },
-		"tenure of slot 8 of 8":          func(s *State) { s.Tenures[1].Slot = 8 },
-		"tenure of slot -1":              func(s *State) { s.Tenures[1].Slot = -1 },
-		"tenure with a negative floor":   func(s *State) { s.Tenures[1].Floor, s.Tenures[1].Granted = -5, -5 },
-		"tenure granted past the layout": func(s *State) { s.Tenures[1].Granted = s.Layout.MaxTimestamp() + 1 },
-		"two tenures of one claim":       func(s *State) { s.Tenures[1].ClaimedIndex = s.Tenures[0].ClaimedIndex },
-		"tenure released before claimed": func(s *State) { s.Tenures[1].ReleasedIndex = 1 },
-		"tenure claimed after the index": func(s *State) { s.Tenures[1].ClaimedIndex = s.Index + 1 },
-		"negative highWater":             func(s *State) { s.Slots[5].HighWater = -1 },
-		"highWater past the layout":      func(s *State) { s.Slots[5].HighWater = s.Layout.MaxTimestamp() + 1 },
-		"one slot too many":              func(s *State) { s.Slots = append(s.Slots, SlotState{}) },
-		"one slot too few":               func(s *State) { s.Slots = s.Slots[:7] },
-		"owner that is not a node":       func(s *State) { delete(s.Nodes, "a") },
-		"owner of two slots":             func(s *State) { s.Slots[5] = s.Slots[0] },
-		"node under another ID":          func(s *State) { s.Nodes["z"] = s.Nodes["a"] },
-		"node with datacenter 2^62":      func(s *State) { n := s.Nodes["b"]; n.Datacenter = 1 << 62; s.Nodes["b"] = n },
-		"node with datacenter -2":        func(s *State) { n := s.Nodes["b"]; n.Datacenter = -2; s.Nodes["b"] = n },
-		"node with a 300-byte address":   func(s *State) { n := s.Nodes["b"]; n.RaftAddr = strings.Repeat("x", 300); s.Nodes["b"] = n },
-		"cluster ID of 65 bytes":         func(s *State) { s.ClusterID = strings.Repeat("c", 65) },
-		"layout of 2^20 slots":           func(s *State) { s.Layout.DatacenterBits = 19 },
-		"invalid layout":                 func(s *State) { s.Layout.Unit = 0 },
-		"nodes without a layout":         func(s *State) { s.Layout, s.Slots, s.Tenures, s.ClusterID = nil, nil, nil, "" },
-		"owned slot without tenure":      func(s *State) { s.Slots[0].Tenure = 0 },
-		"owned slot with a closed tenure": func(s *State) {
+	for name, breakIt := range map[string]func(s *core.State){
+		"tenure with empty node ID":      func(s *core.State) { s.Tenures[0].NodeID = "" },
+		"tenure with a 65-byte node ID":  func(s *core.State) { s.Tenures[1].NodeID = strings.Repeat("x", 65) },
+		"tenure of slot 8 of 8":          func(s *core.State) { s.Tenures[1].Slot = 8 },
+		"tenure of slot -1":              func(s *core.State) { s.Tenures[1].Slot = -1 },
+		"tenure with a negative floor":   func(s *core.State) { s.Tenures[1].Floor, s.Tenures[1].Granted = -5, -5 },
+		"tenure granted past the layout": func(s *core.State) { s.Tenures[1].Granted = s.Layout.MaxTimestamp() + 1 },
+		"two tenures of one claim":       func(s *core.State) { s.Tenures[1].ClaimedIndex = s.Tenures[0].ClaimedIndex },
+		"tenure released before claimed": func(s *core.State) { s.Tenures[1].ReleasedIndex = 1 },
+		"tenure claimed after the index": func(s *core.State) { s.Tenures[1].ClaimedIndex = s.Index + 1 },
+		"negative highWater":             func(s *core.State) { s.Slots[5].HighWater = -1 },
+		"highWater past the layout":      func(s *core.State) { s.Slots[5].HighWater = s.Layout.MaxTimestamp() + 1 },
+		"one slot too many":              func(s *core.State) { s.Slots = append(s.Slots, core.SlotState{}) },
+		"one slot too few":               func(s *core.State) { s.Slots = s.Slots[:7] },
+		"owner that is not a node":       func(s *core.State) { delete(s.Nodes, "a") },
+		"owner of two slots":             func(s *core.State) { s.Slots[5] = s.Slots[0] },
+		"node under another ID":          func(s *core.State) { s.Nodes["z"] = s.Nodes["a"] },
+		"node with datacenter 2^62":      func(s *core.State) { n := s.Nodes["b"]; n.Datacenter = 1 << 62; s.Nodes["b"] = n },
+		"node with datacenter -2":        func(s *core.State) { n := s.Nodes["b"]; n.Datacenter = -2; s.Nodes["b"] = n },
+		"node with a 300-byte address":   func(s *core.State) { n := s.Nodes["b"]; n.RaftAddr = strings.Repeat("x", 300); s.Nodes["b"] = n },
+		"cluster ID of 65 bytes":         func(s *core.State) { s.ClusterID = strings.Repeat("c", 65) },
+		"layout of 2^20 slots":           func(s *core.State) { s.Layout.DatacenterBits = 19 },
+		"invalid layout":                 func(s *core.State) { s.Layout.Unit = 0 },
+		"nodes without a layout":         func(s *core.State) { s.Layout, s.Slots, s.Tenures, s.ClusterID = nil, nil, nil, "" },
+		"owned slot without tenure":      func(s *core.State) { s.Slots[0].Tenure = 0 },
+		"owned slot with a closed tenure": func(s *core.State) {
 			s.Tenures[0].ReleasedIndex = s.Index
 		},
 	} {
@@ -579,7 +580,7 @@ func TestAfterApplySeesEachEntryBeforeTheNext(t *testing.T) {
 	var seen []uint64
 	var owners []string
 	f.afterApply = func() {
-		f.view(func(s *State) {
+		f.view(func(s *core.State) {
 			seen = append(seen, s.Index)
 			owner := "-"
 			if len(s.Slots) > 0 {
@@ -595,7 +596,7 @@ func TestAfterApplySeesEachEntryBeforeTheNext(t *testing.T) {
 	sink := persisted(t, f)
 	g := newFSM()
 	called := 0
-	g.afterApply = func() { g.view(func(s *State) { called += int(s.Index) }) }
+	g.afterApply = func() { g.view(func(s *core.State) { called += int(s.Index) }) }
 	if err := g.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ type meta struct {
 }
 
 // protocols is the range the member advertises (legacy when none).
-func (m meta) protocols() ProtocolRange { return ProtocolRange{m.PMin, m.PMax}.OrLegacy() }
+func (m meta) protocols() ProtocolRange { return ProtocolRange{Min: m.PMin, Max: m.PMax}.OrLegacy() }
 
 // MemberState is what gossip last showed of a member. memberlist's
 // notifications give only these three; its "suspect" phase comes to a node

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 
+	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/scripts/harness"
 )
 
@@ -236,7 +237,7 @@ func stillAVoter(t testing.TB, n *Node, id, raftAddr string, slot int) error {
 		return fmt.Errorf("%s's raft configuration no longer holds the victim %s", n.Name(), id)
 	}
 	var owner string
-	n.fsm.view(func(s *State) {
+	n.fsm.view(func(s *core.State) {
 		if slot >= 0 && slot < len(s.Slots) {
 			owner = s.Slots[slot].Owner
 		}

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/idgen/idgen/cluster/core"
 )
 
 // clusterFile holds the identity of the cluster this data dir belongs to,
@@ -64,7 +66,7 @@ func (iw *identityWatch) trackIdentity() {
 	n := iw.n
 	n.log.trackLayout()
 	var fromState identity
-	n.fsm.view(func(s *State) { fromState = identity{ID: s.ClusterID, Created: s.Created} })
+	n.fsm.view(func(s *core.State) { fromState = identity{ID: s.ClusterID, Created: s.Created} })
 	if fromState.ID == "" {
 		return
 	}
@@ -128,7 +130,7 @@ func (a clusterAge) String() string {
 func (iw *identityWatch) history() uint64 {
 	n := iw.n
 	var i uint64
-	n.fsm.view(func(s *State) { i = s.Index })
+	n.fsm.view(func(s *core.State) { i = s.Index })
 	return coarseIndex(i)
 }
 
@@ -211,7 +213,7 @@ func (iw *identityWatch) ownCluster() string {
 		return id.ID
 	}
 	var own string
-	n.fsm.view(func(s *State) { own = s.ClusterID })
+	n.fsm.view(func(s *core.State) { own = s.ClusterID })
 	return own
 }
 

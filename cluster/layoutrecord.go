@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/generator"
 )
 
@@ -42,7 +43,7 @@ func readLayoutRecord(dir string, configured generator.Layout) (*generator.Layou
 			path, err)
 	}
 	if configured != (generator.Layout{}) && configured != l {
-		return nil, LayoutMismatch(l, configured, "data dir "+dir+" belongs to a cluster")
+		return nil, core.LayoutMismatch(l, configured, "data dir "+dir+" belongs to a cluster")
 	}
 	return &l, nil
 }
@@ -64,7 +65,7 @@ func (lv *logView) stateLayout() (generator.Layout, bool) {
 	n := lv.n
 	var l generator.Layout
 	ok := false
-	n.fsm.view(func(s *State) {
+	n.fsm.view(func(s *core.State) {
 		if s.Layout != nil {
 			l, ok = *s.Layout, true
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/generator"
 )
 
@@ -95,7 +96,7 @@ func (ld *leader) leaderLoop(stop chan struct{}) {
 	defer ld.n.gate.leaderReady.Store(false)
 	n.recon.leaderState = newLeaderState()
 	for {
-		if err := n.rs.raft.Barrier(ApplyTimeout).Error(); err == nil {
+		if err := n.rs.raft.Barrier(core.ApplyTimeout).Error(); err == nil {
 			break
 		} else {
 			n.logger.Warn("leader barrier", "err", err)
@@ -125,7 +126,7 @@ func (ld *leader) leaderLoop(stop chan struct{}) {
 			return true
 		}
 		var again bool
-		if again, wait = EstablishNext(err, wait); again {
+		if again, wait = core.EstablishNext(err, wait); again {
 			log := n.logger.Error
 			if errors.Is(err, errAwaitingClocks) {
 				log = n.logger.Info
@@ -192,7 +193,7 @@ var (
 func (ld *leader) establish() error {
 	n := ld.n
 	var inited bool
-	n.fsm.view(func(s *State) { inited = s.Layout != nil })
+	n.fsm.view(func(s *core.State) { inited = s.Layout != nil })
 	if inited {
 		return nil
 	}
@@ -209,7 +210,7 @@ func (ld *leader) establish() error {
 	if _, err := rand.Read(b[:]); err != nil {
 		return err
 	}
-	_, _, err := ld.n.gate.raftApply(context.Background(), InitCommand(n.cfg.bootstrapLayout(), hex.EncodeToString(b[:]), ct, n.cfg.MaxAhead))
+	_, _, err := ld.n.gate.raftApply(context.Background(), core.InitCommand(n.cfg.bootstrapLayout(), hex.EncodeToString(b[:]), ct, n.cfg.MaxAhead))
 	return err
 }
 
@@ -297,7 +298,7 @@ func (rc *reconciler) reconcile() {
 		v.Addable[id] = addable(m, v.Own)
 	}
 	inRaft := serversByID(v.Servers)
-	n.fsm.view(func(s *State) {
+	n.fsm.view(func(s *core.State) {
 		v.Holders = s.Holders()
 		for _, id := range s.SortedNodeIDs() {
 			v.StateAddr[id] = s.Nodes[id].GRPCAddr
@@ -325,7 +326,7 @@ func (rc *reconciler) memberAct(a memberAction, now time.Time) {
 		if voter {
 			add = n.rs.raft.AddVoter
 		}
-		return add(raft.ServerID(a.ID), raft.ServerAddress(a.Addr), 0, ApplyTimeout).Error()
+		return add(raft.ServerID(a.ID), raft.ServerAddress(a.Addr), 0, core.ApplyTimeout).Error()
 	}
 	switch a.Kind {
 	case actOwnAddr:
@@ -343,7 +344,7 @@ func (rc *reconciler) memberAct(a memberAction, now time.Time) {
 	case actWait:
 		n.logger.Info(a.Why, "id", a.ID, "raft", a.Addr)
 	case actAddNonvoter:
-		if err := n.rs.raft.AddNonvoter(raft.ServerID(a.ID), raft.ServerAddress(a.Addr), 0, ApplyTimeout).Error(); err != nil {
+		if err := n.rs.raft.AddNonvoter(raft.ServerID(a.ID), raft.ServerAddress(a.Addr), 0, core.ApplyTimeout).Error(); err != nil {
 			n.logger.Warn("reconcile: add non-voter", "id", a.ID, "err", err)
 			return
 		}
@@ -357,7 +358,7 @@ func (rc *reconciler) memberAct(a memberAction, now time.Time) {
 		n.logger.Info("updated raft address", "id", a.ID, "from", a.Why, "to", a.Addr)
 		ls.moved(a.ID)
 	case actPromote:
-		if err := n.rs.raft.AddVoter(raft.ServerID(a.ID), raft.ServerAddress(a.Addr), 0, ApplyTimeout).Error(); err != nil {
+		if err := n.rs.raft.AddVoter(raft.ServerID(a.ID), raft.ServerAddress(a.Addr), 0, core.ApplyTimeout).Error(); err != nil {
 			n.logger.Warn("reconcile: promote", "id", a.ID, "err", err)
 			return
 		}
@@ -369,7 +370,7 @@ func (rc *reconciler) memberAct(a memberAction, now time.Time) {
 // reap removes a node from the state and from Raft, logging the reason.
 func (rc *reconciler) reap(id, why string) {
 	n := rc.n
-	ctx, cancel := context.WithTimeout(context.Background(), ApplyTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), core.ApplyTimeout)
 	defer cancel()
 	slot, err := n.gate.leaderRemove(ctx, id)
 	if err != nil {
@@ -513,24 +514,24 @@ func (rc *reconciler) fenceForeign() {
 				"are not comparable with this cluster's", "other_cluster", f.foreign, "other_layout", f.layout.String(), "own_layout", layout.String())
 			continue
 		}
-		var cmds []Command
-		n.fsm.view(func(s *State) { cmds = fenceCommands(s, f, own) })
+		var cmds []core.Command
+		n.fsm.view(func(s *core.State) { cmds = fenceCommands(s, f, own) })
 		for _, c := range cmds {
-			ctx, cancel := context.WithTimeout(context.Background(), ApplyTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), core.ApplyTimeout)
 			_, _, err := n.gate.raftApply(ctx, c)
 			cancel()
 			switch {
-			case c.Type == CmdRelease && err == nil:
+			case c.Type == core.CmdRelease && err == nil:
 				n.logger.Warn("ended a tenure that another cluster's window overlaps: the holder claims again above it",
 					"slot", f.slot, "holder", c.NodeID, "tenure", c.Tenure, "other_window_up_to", f.upTo, "other_cluster", f.foreign)
-			case c.Type == CmdRelease && !errors.Is(err, ErrNotOwner):
+			case c.Type == core.CmdRelease && !errors.Is(err, ErrNotOwner):
 				n.logger.Warn("end a tenure that another cluster's window overlaps", "slot", f.slot, "holder", c.NodeID, "tenure", c.Tenure, "err", err)
-			case c.Type == CmdRelease:
+			case c.Type == core.CmdRelease:
 				// Not owner: the tenure ended meanwhile; its successor's
 				// floor is the slot's highWater, above the window.
 			case err != nil:
 				n.logger.Warn("fence a window of another cluster", "slot", f.slot, "up_to", f.upTo, "other_cluster", f.foreign, "err", err)
-			case c.Type == CmdFence:
+			case c.Type == core.CmdFence:
 				n.logger.Warn("fenced a window another cluster held: the slot's next tenure starts above it",
 					"slot", f.slot, "up_to", f.upTo, "other_cluster", f.foreign)
 			}
@@ -546,16 +547,16 @@ func (rc *reconciler) fenceForeign() {
 // tenure itself). A window outside the layout, or already below every
 // current tenure and highWater, needs nothing. A pure function: the node
 // carries its entries out in order.
-func fenceCommands(s *State, f foreignFence, own string) []Command {
+func fenceCommands(s *core.State, f foreignFence, own string) []core.Command {
 	if s.Layout == nil || f.otherLayout || f.slot < 0 || f.slot >= len(s.Slots) || f.upTo < 0 || f.upTo > s.Layout.MaxTimestamp() {
 		return nil
 	}
 	sl := s.Slots[f.slot]
 	if sl.HighWater < f.upTo {
-		return []Command{{Type: CmdFence, Slot: f.slot, UpTo: f.upTo, Foreign: f.foreign, ClusterID: own}}
+		return []core.Command{{Type: core.CmdFence, Slot: f.slot, UpTo: f.upTo, Foreign: f.foreign, ClusterID: own}}
 	}
 	if t := s.FindTenure(f.slot, sl.Tenure); sl.Owner != "" && t != nil && t.Floor < f.upTo {
-		return []Command{{Type: CmdRelease, NodeID: sl.Owner, Tenure: sl.Tenure, ClusterID: own}}
+		return []core.Command{{Type: core.CmdRelease, NodeID: sl.Owner, Tenure: sl.Tenure, ClusterID: own}}
 	}
 	return nil
 }

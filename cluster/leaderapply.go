@@ -7,27 +7,29 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/idgen/idgen/cluster/core"
 )
 
 // ApplyForwarded runs a command a follower forwarded to this node, which must
 // be the leader. It is the server side of Forwarder; forwardCheck (decide.go)
 // makes the identity checks.
 func (n *Node) ApplyForwarded(ctx context.Context, data []byte) ([]byte, error) {
-	in := ForwardIn{Leader: n.rs.raft.State() == raft.Leader, Speaks: n.cfg.protocols}
+	in := core.ForwardIn{Leader: n.rs.raft.State() == raft.Leader, Speaks: n.cfg.protocols}
 	var (
-		c      Command
+		c      core.Command
 		decErr error
 	)
 	if in.Leader {
 		if in.Conflict = n.ident.conflictErr(); in.Conflict == nil {
-			c, decErr = DecodeCommand(data)
+			c, decErr = core.DecodeCommand(data)
 			in.Own = n.ident.ownCluster()
 		}
 	}
-	if err := ForwardCheck(in, c, decErr); err != nil {
+	if err := core.ForwardCheck(in, c, decErr); err != nil {
 		if in.Leader && !errors.Is(err, ErrClusterConflict) {
 			n.peerLog.Refused("forward:"+c.SpeaksFor(), "refused a forwarded command", "from", c.SpeaksFor(), "type", c.Type.String(),
-				"its_protocol", VersionOf(c.Protocol), "own_protocols", in.Speaks.String(), "err", err)
+				"its_protocol", core.VersionOf(c.Protocol), "own_protocols", in.Speaks.String(), "err", err)
 		}
 		return nil, err
 	}
@@ -36,26 +38,26 @@ func (n *Node) ApplyForwarded(ctx context.Context, data []byte) ([]byte, error) 
 		return nil, err
 	}
 	_, r.Protocol, _ = n.versions.clusterProtocol()
-	return EncodeResult(r)
+	return core.EncodeResult(r)
 }
 
 // handle runs a command on the leader, past handleCheck (decide.go): a new
 // leader answers only after its post-election Barrier, and the checks Apply
 // makes against the layout come before anything is proposed (after the
 // Barrier, so "not initialized" means it).
-func (lg *leaderGate) handle(ctx context.Context, c Command) (Result, error) {
+func (lg *leaderGate) handle(ctx context.Context, c core.Command) (core.Result, error) {
 	n := lg.n
 	var (
-		h   Handling
+		h   core.Handling
 		err error
 	)
 	ready := lg.leaderReady.Load()
-	if n.fsm.view(func(s *State) { h, err = HandleCheck(s, c, ready) }); err != nil {
-		return Result{}, err
+	if n.fsm.view(func(s *core.State) { h, err = core.HandleCheck(s, c, ready) }); err != nil {
+		return core.Result{}, err
 	}
-	if h == HandleRemove {
+	if h == core.HandleRemove {
 		slot, err := lg.leaderRemove(ctx, c.NodeID)
-		return Result{Slot: slot, ClusterID: n.ident.ownCluster()}, err
+		return core.Result{Slot: slot, ClusterID: n.ident.ownCluster()}, err
 	}
 	return lg.leaderApply(ctx, c)
 }
@@ -67,19 +69,19 @@ func (lg *leaderGate) handle(ctx context.Context, c Command) (Result, error) {
 // quorum-th latest of this leader's clock and the voters' latest reports
 // (clustertime.go); a leader whose own clock is off it by more than max-skew
 // grants nothing and hands off. Apply itself never reads a clock.
-func (lg *leaderGate) leaderApply(ctx context.Context, c Command) (Result, error) {
+func (lg *leaderGate) leaderApply(ctx context.Context, c core.Command) (core.Result, error) {
 	n := lg.n
 	now := n.clock.Now()
 	member := n.members.inRaftConfig(c.SpeaksFor())
-	in := LeaderIn{Now: now, Member: c.Type != CmdClaim || member, MaxAhead: n.cfg.MaxAhead, MaxSkew: n.cfg.MaxSkew}
+	in := core.LeaderIn{Now: now, Member: c.Type != core.CmdClaim || member, MaxAhead: n.cfg.MaxAhead, MaxSkew: n.cfg.MaxSkew}
 	var reports bool
-	n.fsm.view(func(s *State) { reports = ReportsClock(s, c, member) })
+	n.fsm.view(func(s *core.State) { reports = core.ReportsClock(s, c, member) })
 	if reports {
-		lg.n.clusterClock.clocks.Observe(c.SpeaksFor(), ClockSample{Reported: time.Unix(0, c.SentAt), Leader: now, At: time.Now()})
+		lg.n.clusterClock.clocks.Observe(c.SpeaksFor(), core.ClockSample{Reported: time.Unix(0, c.SentAt), Leader: now, At: time.Now()})
 	}
 	in.ClusterNow, in.Known = lg.n.clusterClock.clusterNow(now)
-	var d LeaderOut
-	n.fsm.view(func(s *State) { d = LeaderCheck(s, c, in) })
+	var d core.LeaderOut
+	n.fsm.view(func(s *core.State) { d = core.LeaderCheck(s, c, in) })
 	if d.Handoff {
 		select {
 		case lg.handoff <- struct{}{}:
@@ -87,17 +89,17 @@ func (lg *leaderGate) leaderApply(ctx context.Context, c Command) (Result, error
 		}
 	}
 	if d.Err != nil {
-		return Result{}, d.Err
+		return core.Result{}, d.Err
 	}
 	if err := lg.contested(d); err != nil {
-		return Result{}, err
+		return core.Result{}, err
 	}
 	d.Answer.ClusterID = n.ident.ownCluster()
 	if !d.Propose {
 		return d.Answer, nil
 	}
 	r, _, err := lg.raftApply(ctx, d.Cmd)
-	return LeaderAnswer(d, r), err
+	return core.LeaderAnswer(d, r), err
 }
 
 // contested refuses a Claim by a node whose identity a proven copy still
@@ -106,22 +108,22 @@ func (lg *leaderGate) leaderApply(ctx context.Context, c Command) (Result, error
 // their windows grow past it until they stop. The holder waits, not ready,
 // until the other answers that it stopped (a second or so after the two
 // meet) and the fence of its windows is final.
-func (lg *leaderGate) contested(d LeaderOut) error {
+func (lg *leaderGate) contested(d core.LeaderOut) error {
 	n := lg.n
-	if !d.Propose || (d.Cmd.Type != CmdClaim && d.Cmd.Type != CmdReserve) {
+	if !d.Propose || (d.Cmd.Type != core.CmdClaim && d.Cmd.Type != core.CmdReserve) {
 		return nil
 	}
 	if hold := lg.forkHold.Load(); hold != nil {
 		return fmt.Errorf("%w: %s", ErrNotReady, *hold)
 	}
 	id, slot := d.Cmd.SpeaksFor(), -1
-	if d.Cmd.Type == CmdReserve {
+	if d.Cmd.Type == core.CmdReserve {
 		id, slot = "", d.Cmd.Slot
 	}
 	now := time.Now()
 	fenced := func(slot int, upTo int64) bool {
 		ok := true
-		n.fsm.view(func(s *State) { ok = slot >= len(s.Slots) || s.Slots[slot].HighWater >= upTo })
+		n.fsm.view(func(s *core.State) { ok = slot >= len(s.Slots) || s.Slots[slot].HighWater >= upTo })
 		return ok
 	}
 	if p, ok := n.ident.copies.contests(id, slot, now, fenced); ok {
@@ -136,33 +138,33 @@ func (lg *leaderGate) contested(d LeaderOut) error {
 }
 
 // raftApply proposes c and waits for it to be applied on this (leader) node.
-func (lg *leaderGate) raftApply(ctx context.Context, c Command) (Result, uint64, error) {
+func (lg *leaderGate) raftApply(ctx context.Context, c core.Command) (core.Result, uint64, error) {
 	n := lg.n
 	if f := n.cfg.applyFault; f != nil {
 		if err := f(c); err != nil {
-			return Result{}, 0, fmt.Errorf("raft apply %s: %w", c.Type, err)
+			return core.Result{}, 0, fmt.Errorf("raft apply %s: %w", c.Type, err)
 		}
 	}
 	v := max(n.versions.writeProtocol(), 1)
-	if err := Writable(c.Type, v); err != nil {
-		return Result{}, 0, err
+	if err := core.Writable(c.Type, v); err != nil {
+		return core.Result{}, 0, err
 	}
-	data, err := EncodeEntry(c, v)
+	data, err := core.EncodeEntry(c, v)
 	if err != nil {
-		return Result{}, 0, err
+		return core.Result{}, 0, err
 	}
-	timeout := ApplyTimeout
+	timeout := core.ApplyTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)
 		if timeout <= 0 {
-			return Result{}, 0, context.DeadlineExceeded
+			return core.Result{}, 0, context.DeadlineExceeded
 		}
 	}
 	f := n.rs.raft.Apply(data, timeout)
 	if err := f.Error(); err != nil {
-		return Result{}, 0, fmt.Errorf("raft apply %s: %w", c.Type, err)
+		return core.Result{}, 0, fmt.Errorf("raft apply %s: %w", c.Type, err)
 	}
-	r, err := AppliedResult(c.Type, f.Index(), f.Response())
+	r, err := core.AppliedResult(c.Type, f.Index(), f.Response())
 	return r, f.Index(), err
 }
 
@@ -184,7 +186,7 @@ func (lg *leaderGate) leaderRemove(ctx context.Context, id string) (int, error) 
 		}
 	}
 	var inState bool
-	n.fsm.view(func(s *State) { _, inState = s.Nodes[id]; inState = inState || s.SlotOf(id) >= 0 })
+	n.fsm.view(func(s *core.State) { _, inState = s.Nodes[id]; inState = inState || s.SlotOf(id) >= 0 })
 	if !inRaft && !inState {
 		return -1, fmt.Errorf("%w: %s is not in the cluster", ErrUnknownNode, id)
 	}
@@ -193,14 +195,14 @@ func (lg *leaderGate) leaderRemove(ctx context.Context, id string) (int, error) 
 	}
 	slot := -1
 	if inState {
-		r, _, err := lg.raftApply(ctx, Command{Type: CmdRemove, NodeID: id})
+		r, _, err := lg.raftApply(ctx, core.Command{Type: core.CmdRemove, NodeID: id})
 		if err != nil {
 			return -1, err
 		}
 		slot = r.Slot
 	}
 	if inRaft {
-		if err := n.rs.raft.RemoveServer(raft.ServerID(id), 0, ApplyTimeout).Error(); err != nil {
+		if err := n.rs.raft.RemoveServer(raft.ServerID(id), 0, core.ApplyTimeout).Error(); err != nil {
 			return slot, fmt.Errorf("remove %s from raft: %w", id, err)
 		}
 	}

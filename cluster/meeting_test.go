@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/generator"
 	"github.com/idgen/idgen/scripts/harness"
 )
@@ -100,7 +101,7 @@ func waitSlotFree(t *testing.T, n *Node, slot int) {
 	t.Helper()
 	harness.WaitFor(t, 60*time.Second, fmt.Sprintf("slot %d to be free in %s's replica", slot, n.Name()), func() bool {
 		free := false
-		n.fsm.view(func(s *State) { free = slot < len(s.Slots) && s.Slots[slot].Owner == "" })
+		n.fsm.view(func(s *core.State) { free = slot < len(s.Slots) && s.Slots[slot].Owner == "" })
 		return free
 	})
 }
@@ -154,8 +155,8 @@ func TestSurvivorOfADeadClusterDoesNotStopItsReplacement(t *testing.T) {
 func foundWithSkewedLeader(t *testing.T, skew time.Duration) *testCluster {
 	var hold atomic.Bool
 	hold.Store(true)
-	gate := func(c Command) error {
-		if c.Type == CmdInit && hold.Load() {
+	gate := func(c core.Command) error {
+		if c.Type == core.CmdInit && hold.Load() {
 			return errors.New("init held back by the test")
 		}
 		return nil
@@ -245,8 +246,8 @@ func checkInitStart(t *testing.T, n *Node) {
 		start int64
 		l     generator.Layout
 	)
-	n.fsm.view(func(s *State) { l, start = *s.Layout, s.Slots[len(s.Slots)-1].HighWater })
-	limit := l.Units(time.Now()) + UnitsCeil(n.cfg.MaxAhead, l.Unit) + 2
+	n.fsm.view(func(s *core.State) { l, start = *s.Layout, s.Slots[len(s.Slots)-1].HighWater })
+	limit := l.Units(time.Now()) + core.UnitsCeil(n.cfg.MaxAhead, l.Unit) + 2
 	if start > limit {
 		t.Fatalf("Init started the slots at %d, %v ahead of real time plus max-ahead", start, l.Time(start).Sub(l.Time(limit)))
 	}
@@ -294,7 +295,7 @@ func TestMeetingFencesEverySlotTheOtherLogGranted(t *testing.T) {
 	harness.WaitFor(t, 20*time.Second, "the younger cluster's survivor to stop", func() bool { return y2.Conflict() != nil })
 	harness.WaitFor(t, 20*time.Second, "slot 0 fenced above the younger log's window", func() bool {
 		var hw int64
-		a.fsm.view(func(s *State) { hw = s.Slots[0].HighWater })
+		a.fsm.view(func(s *core.State) { hw = s.Slots[0].HighWater })
 		return hw >= young && a.agent.tenure.Load() != tenure
 	})
 	waitReady(t, a)
@@ -304,33 +305,33 @@ func TestMeetingFencesEverySlotTheOtherLogGranted(t *testing.T) {
 // TestFenceCommands: the fence's decision, slot by slot, over a state with
 // slot 0 held (floor 10, highWater 40) and slot 1 free (highWater 40).
 func TestFenceCommands(t *testing.T) {
-	s := NewState()
+	s := core.NewState()
 	l := generator.DefaultLayout()
-	mustApply := func(c Command, index uint64) {
+	mustApply := func(c core.Command, index uint64) {
 		t.Helper()
 		if err, ok := s.Apply(c, index).(error); ok {
 			t.Fatalf("apply %s: %v", c.Type, err)
 		}
 	}
-	mustApply(Command{Type: CmdInit, Layout: &l, ClusterID: "c1", Start: 10}, 1)
-	mustApply(Command{Type: CmdClaim, Node: &NodeInfo{ID: "n1", Datacenter: -1}}, 2)
-	mustApply(Command{Type: CmdReserve, NodeID: "n1", Slot: 0, Tenure: 2, UpTo: 40}, 3)
-	mustApply(Command{Type: CmdFence, Slot: 1, UpTo: 40, Foreign: "x"}, 4)
+	mustApply(core.Command{Type: core.CmdInit, Layout: &l, ClusterID: "c1", Start: 10}, 1)
+	mustApply(core.Command{Type: core.CmdClaim, Node: &NodeInfo{ID: "n1", Datacenter: -1}}, 2)
+	mustApply(core.Command{Type: core.CmdReserve, NodeID: "n1", Slot: 0, Tenure: 2, UpTo: 40}, 3)
+	mustApply(core.Command{Type: core.CmdFence, Slot: 1, UpTo: 40, Foreign: "x"}, 4)
 	for _, tc := range []struct {
 		name string
 		f    foreignFence
-		want []CommandType
+		want []core.CommandType
 	}{
-		{"held, window inside the holder's: end the tenure", foreignFence{slot: 0, upTo: 25, foreign: "x"}, []CommandType{CmdRelease}},
-		{"held, window above highWater: fence (ends it too)", foreignFence{slot: 0, upTo: 50, foreign: "x"}, []CommandType{CmdFence}},
+		{"held, window inside the holder's: end the tenure", foreignFence{slot: 0, upTo: 25, foreign: "x"}, []core.CommandType{core.CmdRelease}},
+		{"held, window above highWater: fence (ends it too)", foreignFence{slot: 0, upTo: 50, foreign: "x"}, []core.CommandType{core.CmdFence}},
 		{"held, window below the tenure's floor: nothing", foreignFence{slot: 0, upTo: 9, foreign: "x"}, nil},
 		{"free, window below highWater: nothing", foreignFence{slot: 1, upTo: 30, foreign: "x"}, nil},
-		{"free, window above: fence", foreignFence{slot: 1, upTo: 41, foreign: "x"}, []CommandType{CmdFence}},
+		{"free, window above: fence", foreignFence{slot: 1, upTo: 41, foreign: "x"}, []core.CommandType{core.CmdFence}},
 		{"another layout: nothing", foreignFence{slot: 0, upTo: 50, foreign: "x", otherLayout: true}, nil},
 		{"past the layout's end: nothing", foreignFence{slot: 0, upTo: l.MaxTimestamp() + 1, foreign: "x"}, nil},
 		{"no such slot: nothing", foreignFence{slot: len(s.Slots), upTo: 50, foreign: "x"}, nil},
 	} {
-		var got []CommandType
+		var got []core.CommandType
 		for _, c := range fenceCommands(s, tc.f, "c1") {
 			if err := c.Validate(); err != nil {
 				t.Errorf("%s: %s is not a valid command: %v", tc.name, c.Type, err)
@@ -386,7 +387,7 @@ func TestFoundersWithoutClocksFoundNothing(t *testing.T) {
 			spec.cfg.Clock = skewedClock{time.Hour}
 			spec.cfg.clockTTL = 2 * time.Second // the TTL's absence, within the test's wait
 		} else {
-			spec.cfg.previousStatus, spec.cfg.protocols = true, LegacyProtocols
+			spec.cfg.previousStatus, spec.cfg.protocols = true, core.LegacyProtocols
 		}
 	})
 	s := tc.node("s")

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/idgen/idgen/cluster/core"
 )
 
 // grpcAddrOf is where this node dials node id. For a slot holder, the gRPC
@@ -19,7 +21,7 @@ func (ms *membership) grpcAddrOf(id string) string {
 	n := ms.n
 	var recorded string
 	var holds bool
-	n.fsm.view(func(s *State) { recorded, holds = s.Nodes[id].GRPCAddr, s.SlotOf(id) >= 0 })
+	n.fsm.view(func(s *core.State) { recorded, holds = s.Nodes[id].GRPCAddr, s.SlotOf(id) >= 0 })
 	if holds && recorded != "" {
 		return recorded
 	}
@@ -148,7 +150,7 @@ func (ms *membership) list() ([]MemberInfo, string) {
 		return m
 	}
 	now := n.clock.Now()
-	n.fsm.view(func(s *State) {
+	n.fsm.view(func(s *core.State) {
 		for _, id := range s.SortedNodeIDs() {
 			info := s.Nodes[id]
 			m := get(id)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/generator"
 	"github.com/idgen/idgen/scripts/harness"
 )
@@ -343,7 +344,7 @@ func TestWipedNodeAtTheOldRaftAddressFreesTheOldID(t *testing.T) {
 						continue
 					}
 					holder := ""
-					n.fsm.view(func(st *State) { holder = st.Slots[oldSlot].Owner })
+					n.fsm.view(func(st *core.State) { holder = st.Slots[oldSlot].Owner })
 					return !n.members.inRaftConfig(oldID) && holder != oldID
 				}
 				return false

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/cluster/door"
 	"github.com/idgen/idgen/generator"
 )
@@ -259,7 +260,7 @@ func (n *Node) ServerHost(host string) bool {
 	set := n.hosts.Load()
 	if set == nil || time.Since(set.at) >= time.Second {
 		var nodes []NodeInfo
-		n.fsm.view(func(s *State) { nodes = slices.Collect(maps.Values(s.Nodes)) })
+		n.fsm.view(func(s *core.State) { nodes = slices.Collect(maps.Values(s.Nodes)) })
 		var heard []string
 		if g := n.gossipOpen.Load(); g != nil {
 			for _, m := range g.snapshot() {
@@ -333,7 +334,7 @@ func (n *Node) Status() Status {
 		dc := n.cfg.Datacenter
 		st.ConfiguredLayout, st.Datacenter = n.cfg.Layout, &dc
 	}
-	n.fsm.view(func(s *State) { st.GrantedWindows = s.GrantedWindows() })
+	n.fsm.view(func(s *core.State) { st.GrantedWindows = s.GrantedWindows() })
 	n.ident.conflicts.Range(func(k, _ any) bool {
 		st.ConflictingClusters = append(st.ConflictingClusters, k.(string))
 		return true
@@ -354,12 +355,12 @@ func (n *Node) Members() ([]MemberInfo, string) { return n.members.list() }
 // largest Granted is sound).
 func (n *Node) History(ctx context.Context) ([]Tenure, error) {
 	if n.rs.raft.State() == raft.Leader {
-		if err := n.barriers.wait(ctx, func() error { return n.rs.raft.Barrier(ApplyTimeout).Error() }); err != nil {
+		if err := n.barriers.wait(ctx, func() error { return n.rs.raft.Barrier(core.ApplyTimeout).Error() }); err != nil {
 			return nil, fmt.Errorf("history: %w", err)
 		}
 	}
 	var out []Tenure
-	n.fsm.view(func(s *State) { out = append(out, s.Tenures...) })
+	n.fsm.view(func(s *core.State) { out = append(out, s.Tenures...) })
 	return out, nil
 }
 
@@ -447,7 +448,7 @@ func (n *Node) Remove(ctx context.Context, node string) (string, int, error) {
 	if id == n.id {
 		return "", -1, ErrRemoveSelf
 	}
-	r, err := n.proposer.propose(ctx, Command{Type: CmdRemove, NodeID: id})
+	r, err := n.proposer.propose(ctx, core.Command{Type: core.CmdRemove, NodeID: id})
 	return id, r.Slot, err
 }
 
@@ -468,7 +469,7 @@ func (n *Node) Leave(ctx context.Context) error {
 		g.Revoke(errors.New("node is leaving"))
 		// A tenure that is no longer current needs no release: the slot
 		// moved on without it.
-		c := Command{Type: CmdRelease, NodeID: n.id, Tenure: n.agent.tenure.Load()}
+		c := core.Command{Type: core.CmdRelease, NodeID: n.id, Tenure: n.agent.tenure.Load()}
 		if _, err := n.proposer.propose(ctx, c); err != nil && !errors.Is(err, ErrNotOwner) {
 			n.leaving.Store(false)
 			return fmt.Errorf("release slot: %w", err)
@@ -484,7 +485,7 @@ func (n *Node) Leave(ctx context.Context) error {
 		// The new leader removes this node; a removed node cannot learn of its
 		// own removal from the log, so it waits for the leader's answer.
 		err := retry(ctx, 200*time.Millisecond, func() error {
-			_, err := n.proposer.propose(ctx, Command{Type: CmdRemove, NodeID: n.id})
+			_, err := n.proposer.propose(ctx, core.Command{Type: core.CmdRemove, NodeID: n.id})
 			return err
 		})
 		if err != nil && !errors.Is(err, ErrUnknownNode) {

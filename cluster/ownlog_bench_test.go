@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/idgen/idgen/cluster/core"
 )
 
 // movedClock is the system clock plus an offset the test moves.
@@ -44,8 +46,8 @@ func BenchmarkGrantAnswerToLocalApply(b *testing.B) {
 		tenure := f.agent.tenure.Load()
 		var granted int64
 		slot := -1
-		f.fsm.view(func(s *State) {
-			if t, _, ok := OwnTenure(s, f.id, tenure); ok {
+		f.fsm.view(func(s *core.State) {
+			if t, _, ok := core.OwnTenure(s, f.id, tenure); ok {
 				slot, granted = t.Slot, t.Granted
 			}
 		})
@@ -55,7 +57,7 @@ func BenchmarkGrantAnswerToLocalApply(b *testing.B) {
 		clock.offset.Add(int64(time.Second))
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		start := time.Now()
-		r, err := f.proposer.propose(ctx, Command{Type: CmdReserve, NodeID: f.id, Slot: slot, Tenure: tenure, UpTo: granted + 1})
+		r, err := f.proposer.propose(ctx, core.Command{Type: core.CmdReserve, NodeID: f.id, Slot: slot, Tenure: tenure, UpTo: granted + 1})
 		cancel()
 		if err != nil {
 			b.Fatal(err)
@@ -68,7 +70,7 @@ func BenchmarkGrantAnswerToLocalApply(b *testing.B) {
 		rtt += answered.Sub(start)
 		for {
 			var applied int64
-			f.fsm.view(func(s *State) { t, _, _ := OwnTenure(s, f.id, tenure); applied = t.Granted })
+			f.fsm.view(func(s *core.State) { t, _, _ := core.OwnTenure(s, f.id, tenure); applied = t.Granted })
 			if applied >= r.Granted {
 				break
 			}

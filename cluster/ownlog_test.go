@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/scripts/harness"
 )
 
@@ -114,7 +115,7 @@ func TestWipedLeadersNewClusterLendsNothing(t *testing.T) {
 			deadline := time.Now().Add(4 * time.Second)
 			lent := map[string]bool{}
 			for time.Now().Before(deadline) {
-				wiped.fsm.view(func(s *State) {
+				wiped.fsm.view(func(s *core.State) {
 					for i, sl := range s.Slots {
 						if sl.Owner == b || sl.Owner == c {
 							lent[fmt.Sprintf("slot %d to %s", i, sl.Owner)] = true
@@ -139,8 +140,8 @@ func TestFailedInitIsRetriedWhileLeading(t *testing.T) {
 	tc := newTestCluster(t)
 	s := tc.add("a", 1)
 	var inits atomic.Int32
-	s.cfg.applyFault = func(c Command) error {
-		if c.Type == CmdInit && inits.Add(1) == 1 {
+	s.cfg.applyFault = func(c core.Command) error {
+		if c.Type == core.CmdInit && inits.Add(1) == 1 {
 			return errors.New("injected: commit timed out")
 		}
 		return nil
@@ -271,7 +272,7 @@ func TestWipedSeedsWindowIsFencedInTheOldCluster(t *testing.T) {
 	young := wiped.Status().GrantedWindows[0]
 	harness.WaitFor(t, 30*time.Second, "the old cluster to fence slot 0 above the young window", func() bool {
 		var hw int64
-		tc.node("b").fsm.view(func(s *State) {
+		tc.node("b").fsm.view(func(s *core.State) {
 			if len(s.Slots) > 0 {
 				hw = s.Slots[0].HighWater
 			}

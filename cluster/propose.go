@@ -7,16 +7,18 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/idgen/idgen/cluster/core"
 )
 
 // propose sends a command to the leader: applied here when this node leads,
 // forwarded otherwise (proposeRoute and acceptAnswer decide, decide.go). Any
 // error means the outcome is unknown or refused; callers treat both as "not
 // granted".
-func (pr *proposer) propose(ctx context.Context, c Command) (Result, error) {
+func (pr *proposer) propose(ctx context.Context, c core.Command) (core.Result, error) {
 	n := pr.n
 	c.SentAt = n.clock.Now().UnixNano()
-	in := ProposeIn{Conflict: n.ident.conflictErr(), CanForward: n.cfg.Forwarder != nil}
+	in := core.ProposeIn{Conflict: n.ident.conflictErr(), CanForward: n.cfg.Forwarder != nil}
 	if in.Conflict == nil {
 		in.Own = n.ident.ownCluster()
 		in.Leader = n.rs.raft.State() == raft.Leader
@@ -29,32 +31,32 @@ func (pr *proposer) propose(ctx context.Context, c Command) (Result, error) {
 	}
 	c.ClusterID = in.Own
 	_, c.Protocol, _ = n.versions.clusterProtocol()
-	switch rt, err := ProposeRoute(in); rt {
-	case RouteLocal:
+	switch rt, err := core.ProposeRoute(in); rt {
+	case core.RouteLocal:
 		return n.gate.handle(ctx, c)
-	case RouteRefuse:
-		return Result{}, err
+	case core.RouteRefuse:
+		return core.Result{}, err
 	}
-	data, err := EncodeCommand(c)
+	data, err := core.EncodeCommand(c)
 	if err != nil {
-		return Result{}, err
+		return core.Result{}, err
 	}
 	fctx, stop := pr.whileLeader(ctx, in.LeaderID)
 	out, err := n.cfg.Forwarder.Forward(fctx, in.LeaderAddr, data)
 	stop()
 	if err != nil {
 		if cause := context.Cause(fctx); errors.Is(cause, errLeaderMoved) && ctx.Err() == nil {
-			return Result{}, fmt.Errorf("%w (%w)", cause, err)
+			return core.Result{}, fmt.Errorf("%w (%w)", cause, err)
 		}
-		return Result{}, err
+		return core.Result{}, err
 	}
-	r, err := DecodeResult(out)
+	r, err := core.DecodeResult(out)
 	if err != nil {
-		return Result{}, err
+		return core.Result{}, err
 	}
-	if err := AcceptAnswer(in.Own, in.LeaderAddr, r, n.cfg.protocols); err != nil {
+	if err := core.AcceptAnswer(in.Own, in.LeaderAddr, r, n.cfg.protocols); err != nil {
 		n.peerLog.Refused("answer:"+in.LeaderAddr, "ignored the leader's answer", "leader", in.LeaderID, "err", err)
-		return Result{}, err
+		return core.Result{}, err
 	}
 	return r, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/generator"
 	"github.com/idgen/idgen/scripts/harness"
 )
@@ -19,11 +20,11 @@ import (
 // must be one that version applies; a new type comes with its own version in
 // entryProtocol, and the leader writes it only once the cluster runs it.
 func TestEveryEntryIsReadableByTheOldestVersionSpoken(t *testing.T) {
-	for typ := CommandType(0); typ < 255; typ++ {
+	for typ := core.CommandType(0); typ < 255; typ++ {
 		if !typ.Known() {
 			continue
 		}
-		v, ok := EntryProtocol[typ]
+		v, ok := core.EntryProtocol[typ]
 		if !ok {
 			t.Errorf("entry type %s has no protocol version in entryProtocol", typ)
 			continue
@@ -31,7 +32,7 @@ func TestEveryEntryIsReadableByTheOldestVersionSpoken(t *testing.T) {
 		if v > ProtocolMax {
 			t.Errorf("entry type %s needs protocol %d, above what this build speaks (%d)", typ, v, ProtocolMax)
 		}
-		if err := Writable(typ, ProtocolMin); v <= ProtocolMin && err != nil {
+		if err := core.Writable(typ, ProtocolMin); v <= ProtocolMin && err != nil {
 			t.Errorf("entry type %s refused in a cluster running %d: %v", typ, ProtocolMin, err)
 		}
 	}
@@ -40,10 +41,10 @@ func TestEveryEntryIsReadableByTheOldestVersionSpoken(t *testing.T) {
 // TestWritableRefusesAnEntryNewerThanTheCluster: the gate in front of the
 // log, for an entry type a later version brings.
 func TestWritableRefusesAnEntryNewerThanTheCluster(t *testing.T) {
-	const future CommandType = 200
-	EntryProtocol[future] = ProtocolMax + 1
-	defer delete(EntryProtocol, future)
-	err := Writable(future, ProtocolMax)
+	const future core.CommandType = 200
+	core.EntryProtocol[future] = ProtocolMax + 1
+	defer delete(core.EntryProtocol, future)
+	err := core.Writable(future, ProtocolMax)
 	if !errors.Is(err, ErrProtocol) {
 		t.Fatalf("writable(a version %d entry, cluster at %d) = %v, want ErrProtocol", ProtocolMax+1, ProtocolMax, err)
 	}
@@ -52,10 +53,10 @@ func TestWritableRefusesAnEntryNewerThanTheCluster(t *testing.T) {
 			t.Errorf("refusal %q does not say %q", err, want)
 		}
 	}
-	if err := Writable(future, ProtocolMax+1); err != nil {
+	if err := core.Writable(future, ProtocolMax+1); err != nil {
 		t.Errorf("writable in a cluster running the entry's version: %v", err)
 	}
-	if err := Writable(CommandType(201), ProtocolMax); !errors.Is(err, ErrProtocol) {
+	if err := core.Writable(core.CommandType(201), ProtocolMax); !errors.Is(err, ErrProtocol) {
 		t.Errorf("an entry type without a version was writable: %v", err)
 	}
 }
@@ -64,16 +65,16 @@ func TestWritableRefusesAnEntryNewerThanTheCluster(t *testing.T) {
 // in a version the receiver does not speak is refused, naming both versions
 // and the node to upgrade; one without a version is version 1.
 func TestMessagesOfAnUnspokenVersionAreRefused(t *testing.T) {
-	c := Command{Type: CmdReserve, NodeID: "n1", Slot: 0, Tenure: 3, UpTo: 10, ClusterID: "c1"}
-	in := ForwardIn{Leader: true, Own: "c1", Speaks: OwnProtocols}
+	c := core.Command{Type: core.CmdReserve, NodeID: "n1", Slot: 0, Tenure: 3, UpTo: 10, ClusterID: "c1"}
+	in := core.ForwardIn{Leader: true, Own: "c1", Speaks: core.OwnProtocols}
 	for _, v := range []int{0, 1, 2} {
 		c.Protocol = v
-		if err := ForwardCheck(in, c, nil); err != nil {
+		if err := core.ForwardCheck(in, c, nil); err != nil {
 			t.Errorf("forward of protocol %d refused: %v", v, err)
 		}
 	}
 	c.Protocol = 3
-	err := ForwardCheck(in, c, nil)
+	err := core.ForwardCheck(in, c, nil)
 	if !errors.Is(err, ErrProtocol) {
 		t.Fatalf("forward of protocol 3 to a 1..2 leader: %v, want ErrProtocol", err)
 	}
@@ -83,21 +84,21 @@ func TestMessagesOfAnUnspokenVersionAreRefused(t *testing.T) {
 		}
 	}
 	c.Protocol = -5
-	if err := ForwardCheck(in, c, nil); !errors.Is(err, ErrProtocol) {
+	if err := core.ForwardCheck(in, c, nil); !errors.Is(err, ErrProtocol) {
 		t.Errorf("forward of protocol -5: %v, want ErrProtocol", err)
 	}
 	c.Protocol = 1
-	in.Speaks = ProtocolRange{2, 3} // a later release that dropped version 1
-	if err := ForwardCheck(in, c, nil); !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "upgrade node n1") {
+	in.Speaks = ProtocolRange{Min: 2, Max: 3} // a later release that dropped version 1
+	if err := core.ForwardCheck(in, c, nil); !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "upgrade node n1") {
 		t.Errorf("forward of protocol 1 to a 2..3 leader: %v, want ErrProtocol naming node n1 to upgrade", err)
 	}
 
-	r := Result{ClusterID: "c1", Protocol: 3}
-	if err := AcceptAnswer("c1", "10.0.0.1:50051", r, OwnProtocols); !errors.Is(err, ErrProtocol) {
+	r := core.Result{ClusterID: "c1", Protocol: 3}
+	if err := core.AcceptAnswer("c1", "10.0.0.1:50051", r, core.OwnProtocols); !errors.Is(err, ErrProtocol) {
 		t.Errorf("answer of protocol 3 accepted by a 1..2 node: %v", err)
 	}
 	r.Protocol = 0
-	if err := AcceptAnswer("c1", "10.0.0.1:50051", r, OwnProtocols); err != nil {
+	if err := core.AcceptAnswer("c1", "10.0.0.1:50051", r, core.OwnProtocols); err != nil {
 		t.Errorf("answer without a version (an older leader's) refused: %v", err)
 	}
 }
@@ -109,13 +110,13 @@ func TestJoinProtocol(t *testing.T) {
 		node, cluster ProtocolRange
 		want          string
 	}{
-		{ProtocolRange{1, 2}, ProtocolRange{1, 2}, ""},
-		{ProtocolRange{}, ProtocolRange{1, 2}, ""}, // a release before 2 speaks 1
-		{ProtocolRange{2, 3}, ProtocolRange{1, 2}, ""},
-		{ProtocolRange{3, 3}, ProtocolRange{1, 2}, "too new"},
-		{ProtocolRange{}, ProtocolRange{2, 3}, "too old"},
+		{ProtocolRange{Min: 1, Max: 2}, ProtocolRange{Min: 1, Max: 2}, ""},
+		{ProtocolRange{}, ProtocolRange{Min: 1, Max: 2}, ""}, // a release before 2 speaks 1
+		{ProtocolRange{Min: 2, Max: 3}, ProtocolRange{Min: 1, Max: 2}, ""},
+		{ProtocolRange{Min: 3, Max: 3}, ProtocolRange{Min: 1, Max: 2}, "too new"},
+		{ProtocolRange{}, ProtocolRange{Min: 2, Max: 3}, "too old"},
 	} {
-		err := JoinProtocol(tc.node, tc.cluster)
+		err := core.JoinProtocol(tc.node, tc.cluster)
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("node %v, cluster %v: refused: %v", tc.node, tc.cluster, err)
@@ -149,8 +150,8 @@ func TestClockQuorum(t *testing.T) {
 		for i := range fresh {
 			fresh[i] = now
 		}
-		est, q := ClockQuorum(fresh, tc.others, tc.led, ttl)
-		_, known := ClusterTime(now, est, q)
+		est, q := core.ClockQuorum(fresh, tc.others, tc.led, ttl)
+		_, known := core.ClusterTime(now, est, q)
 		if q != tc.wantQuorum || known != tc.wantKnown {
 			t.Errorf("%s: quorum %d known %v, want %d %v", tc.name, q, known, tc.wantQuorum, tc.wantKnown)
 		}
@@ -235,7 +236,7 @@ func TestNodeThatShowsNothingIsNotPromoted(t *testing.T) {
 	tc.add("a", 1)
 	for _, name := range []string{"x", "y", "old"} {
 		q := tc.add(name, 1, "a")
-		q.cfg.previousStatus, q.cfg.protocols = true, LegacyProtocols
+		q.cfg.previousStatus, q.cfg.protocols = true, core.LegacyProtocols
 		q.cfg.neverClaim = name != "old"
 	}
 	a := tc.start("a")
@@ -271,9 +272,9 @@ func TestForwardOfAnUnspokenVersionChangesNothing(t *testing.T) {
 	a := tc.start("a")
 	waitReady(t, a)
 	st := a.Status()
-	c := Command{Type: CmdReserve, NodeID: a.ID(), Slot: st.Slot, Tenure: a.agent.tenure.Load(), UpTo: st.Granted + 100,
+	c := core.Command{Type: core.CmdReserve, NodeID: a.ID(), Slot: st.Slot, Tenure: a.agent.tenure.Load(), UpTo: st.Granted + 100,
 		ClusterID: a.ident.ownCluster(), Protocol: ProtocolMax + 1}
-	data, err := EncodeCommand(c)
+	data, err := core.EncodeCommand(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,8 +294,8 @@ func TestForwardOfAnUnspokenVersionChangesNothing(t *testing.T) {
 func TestJoinOfANodeTooNewIsRefused(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.add("a", 1)
-	tc.add("old", 1, "a").cfg.protocols = LegacyProtocols
-	tc.add("new", 1, "a").cfg.protocols = ProtocolRange{ProtocolMax + 1, ProtocolMax + 1}
+	tc.add("old", 1, "a").cfg.protocols = core.LegacyProtocols
+	tc.add("new", 1, "a").cfg.protocols = ProtocolRange{Min: ProtocolMax + 1, Max: ProtocolMax + 1}
 	a := tc.start("a")
 	waitReady(t, a)
 	if _, running, _ := a.versions.clusterProtocol(); running != ProtocolMax {
@@ -389,15 +390,15 @@ func ptr[T any](v T) *T { return &v }
 // never starts a generator (a zero Tenure is slot 0 from floor 0), even
 // when the replica shows a hold of slot 0 from floor 0.
 func TestClaimAnswerWithoutATenureIsNoClaim(t *testing.T) {
-	var a SlotAgent
+	var a core.SlotAgent
 	now := time.Now()
-	in := AgentIn{Now: now, Own: Tenure{Slot: 0, Floor: 0}, Applied: true, Held: true}
-	if out := a.Step(AgentEvent{Kind: AgentClaimAnswered, Tenure: 0}, in); out.Start || !errors.Is(out.GaveUp, ErrTenureNotHeld) {
+	in := core.AgentIn{Now: now, Own: Tenure{Slot: 0, Floor: 0}, Applied: true, Held: true}
+	if out := a.Step(core.AgentEvent{Kind: core.AgentClaimAnswered, Tenure: 0}, in); out.Start || !errors.Is(out.GaveUp, core.ErrTenureNotHeld) {
 		t.Fatalf("a claim answered with tenure 0: %+v; want no start, given up with errTenureNotHeld", out)
 	}
-	for _, at := range []time.Time{now, now.Add(ClaimRetry)} {
+	for _, at := range []time.Time{now, now.Add(core.ClaimRetry)} {
 		in.Now = at
-		if out := a.Step(AgentEvent{Kind: AgentLook}, in); out.Start {
+		if out := a.Step(core.AgentEvent{Kind: core.AgentLook}, in); out.Start {
 			t.Fatalf("a look at %v after a claim answered with tenure 0 started a generator: %+v", at.Sub(now), out)
 		}
 	}
@@ -411,7 +412,7 @@ func TestClaimAnswerWithoutATenureIsNoClaim(t *testing.T) {
 func TestVoterRolledPastTheClusterHandsOff(t *testing.T) {
 	tc := startThree(t)
 	tc.stop("c")
-	tc.specs["c"].cfg.protocols = ProtocolRange{ProtocolMax + 1, ProtocolMax + 1}
+	tc.specs["c"].cfg.protocols = ProtocolRange{Min: ProtocolMax + 1, Max: ProtocolMax + 1}
 	c := tc.start("c")
 	harness.WaitFor(t, 20*time.Second, "c to say it shares no protocol", func() bool {
 		_, reason := c.Ready()

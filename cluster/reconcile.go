@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/generator"
 )
 
@@ -66,7 +67,7 @@ func (v *memberView) raftAnsweredSince(id string, t time.Time) bool {
 // or promoted.
 func (v *memberView) protocols() ProtocolRange {
 	if v.Protocols == (ProtocolRange{}) {
-		return OwnProtocols
+		return core.OwnProtocols
 	}
 	return v.Protocols
 }
@@ -400,7 +401,7 @@ func (ls *leaderState) join(v *memberView, out []memberAction, id string, m goss
 		err = v.followsNoOther(st)
 	}
 	if err == nil {
-		err = JoinProtocol(st.Protocols, v.protocols())
+		err = core.JoinProtocol(st.Protocols, v.protocols())
 	}
 	if err == nil {
 		err = canTakePart(st, v.Layout)
@@ -442,7 +443,7 @@ func (ls *leaderState) promotion(v *memberView, out []memberAction, id string, m
 		err = v.followsNoOther(st)
 	}
 	if err == nil {
-		err = JoinProtocol(st.Protocols, v.protocols())
+		err = core.JoinProtocol(st.Protocols, v.protocols())
 	}
 	if err == nil {
 		err = canTakePart(st, v.Layout)

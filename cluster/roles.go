@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/generator"
 )
 
@@ -31,7 +32,7 @@ type leader struct{ n *Node }
 // (clustertime.go).
 type clusterClock struct {
 	n      *Node
-	clocks ClockBook // the nodes' latest clock reports, while leading
+	clocks core.ClockBook // the nodes' latest clock reports, while leading
 	// ledSince is when this node last gained leadership (Unix ns, 0 while
 	// it does not lead): a voter silent for clockTTL since then is absent.
 	ledSince atomic.Int64
@@ -94,7 +95,7 @@ type copyWatch struct {
 // versionView is the protocol versions the cluster and this node speak.
 type versionView struct {
 	n         *Node
-	protocols ProvenBook // the servers' proven protocol ranges, while leading
+	protocols core.ProvenBook // the servers' proven protocol ranges, while leading
 }
 
 // logView reads what the local log and data dir record: the layout, the

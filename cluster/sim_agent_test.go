@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/generator"
 )
 
@@ -27,24 +28,24 @@ func (sh *simAgents) agent(n *simNode) {
 		sh.leaveRaft(n)
 		return
 	}
-	sh.drive(n, AgentEvent{Kind: AgentLook})
+	sh.drive(n, core.AgentEvent{Kind: core.AgentLook})
 }
 
 // drive is agent.go's agentShell.drive: a claim or a reserve goes out as a
 // proposal; an answer that comes later is stepped when it arrives
 // (answered).
-func (sh *simAgents) drive(n *simNode, ev AgentEvent) {
+func (sh *simAgents) drive(n *simNode, ev core.AgentEvent) {
 	out := sh.agentStep(n, ev)
-	var c Command
+	var c core.Command
 	switch {
 	case out.Claim:
 		l := simLayout
-		c = Command{Type: CmdClaim, Node: &NodeInfo{ID: n.id, Name: n.name(), Datacenter: n.dc,
+		c = core.Command{Type: core.CmdClaim, Node: &NodeInfo{ID: n.id, Name: n.name(), Datacenter: n.dc,
 			GRPCAddr: grpcAddr(n.addr), RaftAddr: raftAddr(n.addr)}, Layout: &l}
 	case out.Reserve && n.gen != nil:
-		c = Command{Type: CmdReserve, NodeID: n.id, Slot: n.gen.Slot(), Tenure: n.tenure, UpTo: out.UpTo}
+		c = core.Command{Type: core.CmdReserve, NodeID: n.id, Slot: n.gen.Slot(), Tenure: n.tenure, UpTo: out.UpTo}
 	case out.Start:
-		sh.drive(n, AgentEvent{Kind: AgentLook}) // the first reserve goes at once
+		sh.drive(n, core.AgentEvent{Kind: core.AgentLook}) // the first reserve goes at once
 		return
 	default:
 		return
@@ -57,30 +58,30 @@ func (sh *simAgents) drive(n *simNode, ev AgentEvent) {
 
 // agentStep is agent.go's agentShell.step: the rule for ev (after an
 // answer, a look again), and what needs no leader carried out.
-func (sh *simAgents) agentStep(n *simNode, ev AgentEvent) AgentOut {
+func (sh *simAgents) agentStep(n *simNode, ev core.AgentEvent) core.AgentOut {
 	out := n.rule.Step(ev, sh.agentInput(n))
-	if (ev.Kind == AgentClaimAnswered || ev.Kind == AgentReserveAnswered) && out.GaveUp == nil {
+	if (ev.Kind == core.AgentClaimAnswered || ev.Kind == core.AgentReserveAnswered) && out.GaveUp == nil {
 		sh.carryOut(n, out) // (an answer's worth: no grant)
-		out = n.rule.Step(AgentEvent{Kind: AgentLook}, sh.agentInput(n))
+		out = n.rule.Step(core.AgentEvent{Kind: core.AgentLook}, sh.agentInput(n))
 	}
 	if !sh.carryOut(n, out) {
-		n.rule.Step(AgentEvent{Kind: AgentStartFailed}, sh.agentInput(n))
-		return AgentOut{}
+		n.rule.Step(core.AgentEvent{Kind: core.AgentStartFailed}, sh.agentInput(n))
+		return core.AgentOut{}
 	}
 	if out.Start {
-		sh.carryOut(n, n.rule.Step(AgentEvent{Kind: AgentApplied}, sh.agentInput(n)))
+		sh.carryOut(n, n.rule.Step(core.AgentEvent{Kind: core.AgentApplied}, sh.agentInput(n)))
 	}
 	return out
 }
 
 // agentInput is the rule's input for n now (agent.go's agentShell.input).
-func (sh *simAgents) agentInput(n *simNode) AgentIn {
-	in := AgentIn{Now: sh.w.base.Add(sh.w.now), Leaving: n.leaving != 0, NeverClaim: n.stranger() && sh.w.cfg.legacy, // (a node under another layout never claims)
+func (sh *simAgents) agentInput(n *simNode) core.AgentIn {
+	in := core.AgentIn{Now: sh.w.base.Add(sh.w.now), Leaving: n.leaving != 0, NeverClaim: n.stranger() && sh.w.cfg.legacy, // (a node under another layout never claims)
 		Conflict: n.conflict, Running: n.gen != nil}
 	s := n.replica.state
-	in.Own, in.Applied, in.Held = OwnTenure(s, n.id, n.rule.Tenure())
+	in.Own, in.Applied, in.Held = core.OwnTenure(s, n.id, n.rule.Tenure())
 	if g := n.gen; g != nil {
-		in.Slot, in.Granted, in.Head, in.Lead = g.Slot(), g.Granted(), g.Head(), UnitsCeil(simLead, simUnit)
+		in.Slot, in.Granted, in.Head, in.Lead = g.Slot(), g.Granted(), g.Head(), core.UnitsCeil(simLead, simUnit)
 		if g.Slot() < len(s.Slots) {
 			in.SlotOwner, in.SlotTenure = s.Slots[g.Slot()].Owner, s.Slots[g.Slot()].Tenure
 		}
@@ -89,7 +90,7 @@ func (sh *simAgents) agentInput(n *simNode) AgentIn {
 }
 
 // carryOut is agent.go's agentShell.carryOut; false when a start failed.
-func (sh *simAgents) carryOut(n *simNode, out AgentOut) bool {
+func (sh *simAgents) carryOut(n *simNode, out core.AgentOut) bool {
 	switch {
 	case out.GaveUp != nil:
 		sh.w.logf("%s gives up its claim: %v", n.name(), out.GaveUp)
@@ -120,7 +121,7 @@ func (sh *simAgents) carryOut(n *simNode, out AgentOut) bool {
 		}
 		g.Grant(out.Granted)
 		n.gen, n.tenure = g, out.Tenure
-		n.minted = MintedTenure{Slot: out.Slot, Tenure: out.Tenure}
+		n.minted = core.MintedTenure{Slot: out.Slot, Tenure: out.Tenure}
 		sh.w.logf("%s starts slot %d tenure %d floor %d granted %d", n.name(), out.Slot, out.Tenure, out.Floor, out.Granted)
 	}
 	if n.gen != nil && out.Grant > n.gen.Granted() {
@@ -131,26 +132,26 @@ func (sh *simAgents) carryOut(n *simNode, out AgentOut) bool {
 
 // answered steps the agent's rule for an answer to its claim or reserve
 // (agent.go's agentShell.drive), or ends a leave's release.
-func (sh *simAgents) answered(n *simNode, c Command, r Result, err error) {
+func (sh *simAgents) answered(n *simNode, c core.Command, r core.Result, err error) {
 	switch c.Type {
-	case CmdClaim:
+	case core.CmdClaim:
 		if sh.w.cfg.faults.trustAnswers && err == nil && n.gen == nil {
 			// (Planted: the generator starts from the answer, not the replica.)
-			n.rule.Step(AgentEvent{Kind: AgentClaimAnswered, Tenure: r.Tenure}, sh.agentInput(n))
-			sh.carryOut(n, AgentOut{Start: true, Tenure: r.Tenure, Slot: r.Slot, Floor: r.Floor, Granted: r.Granted})
-			sh.drive(n, AgentEvent{Kind: AgentLook})
+			n.rule.Step(core.AgentEvent{Kind: core.AgentClaimAnswered, Tenure: r.Tenure}, sh.agentInput(n))
+			sh.carryOut(n, core.AgentOut{Start: true, Tenure: r.Tenure, Slot: r.Slot, Floor: r.Floor, Granted: r.Granted})
+			sh.drive(n, core.AgentEvent{Kind: core.AgentLook})
 			return
 		}
-		sh.drive(n, AgentEvent{Kind: AgentClaimAnswered, Tenure: r.Tenure, Err: err})
-	case CmdReserve:
+		sh.drive(n, core.AgentEvent{Kind: core.AgentClaimAnswered, Tenure: r.Tenure, Err: err})
+	case core.CmdReserve:
 		if n.gen == nil || c.Tenure != n.tenure {
 			return
 		}
 		if err == nil && sh.w.cfg.faults.trustAnswers && r.Granted > n.gen.Granted() {
 			n.gen.Grant(r.Granted) // (planted: the answer grants)
 		}
-		sh.drive(n, AgentEvent{Kind: AgentReserveAnswered, Tenure: c.Tenure, UpTo: c.UpTo, Granted: r.Granted, Err: err})
-	case CmdRelease:
+		sh.drive(n, core.AgentEvent{Kind: core.AgentReserveAnswered, Tenure: c.Tenure, UpTo: c.UpTo, Granted: r.Granted, Err: err})
+	case core.CmdRelease:
 		// Leave: a release refused as "not owner" needs none (the slot moved
 		// on); any other error ends the leave and the node serves on.
 		if err != nil && !errors.Is(err, ErrNotOwner) {
@@ -170,7 +171,7 @@ func (sh *simAgents) leave(n *simNode) {
 	g.Revoke(errors.New("node is leaving"))
 	n.gen, n.leaving = nil, 1
 	sh.w.logf("%s leaves, releasing slot %d tenure %d", n.name(), g.Slot(), n.tenure)
-	c := Command{Type: CmdRelease, NodeID: n.id, Tenure: n.tenure}
+	c := core.Command{Type: core.CmdRelease, NodeID: n.id, Tenure: n.tenure}
 	later, r, err := sh.w.net.propose(n, c)
 	if !later {
 		sh.answered(n, c, r, err)
@@ -186,7 +187,7 @@ func (sh *simAgents) leaveRaft(n *simNode) {
 	if l == nil || !l.ready || !l.awake() || !c.quorum() {
 		return
 	}
-	idx, res := c.appendEntry(Command{Type: CmdRemove, NodeID: n.id, ClusterID: c.id})
+	idx, res := c.appendEntry(core.Command{Type: core.CmdRemove, NodeID: n.id, ClusterID: c.id})
 	l.catchUp(int(idx))
 	c.removeMember(n.id)
 	sh.w.logf("%s removes leaving %s at %d: %v", l.name(), n.name(), idx, res)

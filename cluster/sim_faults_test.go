@@ -6,6 +6,8 @@ package cluster
 import (
 	"fmt"
 	"time"
+
+	"github.com/idgen/idgen/cluster/core"
 )
 
 // simFaults are faults planted in the simulated world (never in product code),
@@ -60,7 +62,7 @@ func (fp *simFaultPlan) wipe(n *simNode) {
 	n.replica, n.applied, n.cl, n.conflict = newFSM(), 0, nil, false
 	n.snap, n.snapAt = nil, 0
 	n.up = true
-	n.believed, n.rule = nil, SlotAgent{}
+	n.believed, n.rule = nil, core.SlotAgent{}
 	fp.w.logf("%s is wiped", n.name())
 	doomed := fp.w.cfg.doomed && old == fp.w.cls[0]
 	if doomed && fp.replacement == nil {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/idgen/idgen/cluster/core"
 )
 
 // simLeaders is the leader's side of the node's shell, run by whichever
@@ -47,13 +49,13 @@ func (ld *simLeaders) establish(l *simNode) {
 		err = founderCheck(simLayout, now, ct, known, simMaxSkew)
 	}
 	if l.replica.state.Layout == nil && err == nil {
-		c := InitCommand(simLayout, fmt.Sprintf("%s-%08x", l.cl.id, ld.w.r.Uint32()), ct, simMaxAhead)
+		c := core.InitCommand(simLayout, fmt.Sprintf("%s-%08x", l.cl.id, ld.w.r.Uint32()), ct, simMaxAhead)
 		quorum := l.cl.quorum()
 		failed := !quorum || (ld.w.quietAt == 0 && ld.w.r.Float64() < ld.w.cfg.initFail)
 		if quorum && (!failed || ld.w.r.Intn(2) == 0) {
 			idx, res := l.cl.appendEntry(c)
 			l.catchUp(int(idx))
-			_, err = AppliedResult(c.Type, idx, res)
+			_, err = core.AppliedResult(c.Type, idx, res)
 			ld.w.logf("%s commits init of %s at %d: %v", l.name(), c.ClusterID, idx, res)
 		}
 		switch {
@@ -64,7 +66,7 @@ func (ld *simLeaders) establish(l *simNode) {
 			err = fmt.Errorf("raft apply %s: %w", c.Type, raft.ErrEnqueueTimeout)
 		}
 	}
-	again, wait := EstablishNext(err, l.initWait)
+	again, wait := core.EstablishNext(err, l.initWait)
 	if again {
 		l.initWait, l.initAt = wait, ld.w.now+wait
 		ld.w.logf("%s establish failed, retrying in %v: %v", l.name(), wait, err)
@@ -87,40 +89,40 @@ func (ld *simLeaders) clusterNow(l *simNode, now time.Time) (time.Time, bool) {
 		others = append(others, m)
 		// (gone is not modelled here: a voter the world's gossip shows gone
 		// is awaited, as a live one that has not reported is.)
-		if ClockAwaited(len(l.clocks.ByID([]string{m}, real, ClockSampleTTL)) > 0, false, founded) {
+		if core.ClockAwaited(len(l.clocks.ByID([]string{m}, real, core.ClockSampleTTL)) > 0, false, founded) {
 			awaited++
 		}
 	}
-	est, quorum := ClockQuorum(l.clocks.ByID(others, real, ClockSampleTTL), awaited, led, ClockSampleTTL)
-	return ClusterTime(now, est, quorum)
+	est, quorum := core.ClockQuorum(l.clocks.ByID(others, real, core.ClockSampleTTL), awaited, led, core.ClockSampleTTL)
+	return core.ClusterTime(now, est, quorum)
 }
 
 // handle is the leader's side of a command (apply.go's handle and
 // leaderApply, with Raft modelled): handleCheck, leaderCheck, appliedResult
 // and leaderAnswer decide.
-func (ld *simLeaders) handle(l *simNode, c Command) (Result, error) {
+func (ld *simLeaders) handle(l *simNode, c core.Command) (core.Result, error) {
 	current := l.cl.leader == l
 	if current && l.ready {
 		l.catchUp(len(l.cl.log)) // a leader applies what it commits
 	}
-	h, err := HandleCheck(l.replica.state, c, l.ready)
+	h, err := core.HandleCheck(l.replica.state, c, l.ready)
 	if err != nil {
-		return Result{}, err
+		return core.Result{}, err
 	}
-	if h != HandleApply {
-		return Result{}, fmt.Errorf("command %s is not forwarded in the simulated world", c.Type)
+	if h != core.HandleApply {
+		return core.Result{}, fmt.Errorf("command %s is not forwarded in the simulated world", c.Type)
 	}
 	now := l.clock().Now()
-	in := LeaderIn{Now: now, Member: c.Type != CmdClaim || l.cl.member(c.Node.ID), MaxAhead: simMaxAhead, MaxSkew: simMaxSkew}
-	if c.Type == CmdClaim && !in.Member && ld.w.cfg.faults.adoptForwards {
+	in := core.LeaderIn{Now: now, Member: c.Type != core.CmdClaim || l.cl.member(c.Node.ID), MaxAhead: simMaxAhead, MaxSkew: simMaxSkew}
+	if c.Type == core.CmdClaim && !in.Member && ld.w.cfg.faults.adoptForwards {
 		in.Member = true // (a voter it cannot reach would cost it its quorum)
 	}
 	real := ld.w.base.Add(ld.w.now)
-	if ReportsClock(l.replica.state, c, l.cl.member(c.SpeaksFor()) || in.Member && c.Type == CmdClaim) {
-		l.clocks.Observe(c.SpeaksFor(), ClockSample{Reported: time.Unix(0, c.SentAt), Leader: now, At: real})
+	if core.ReportsClock(l.replica.state, c, l.cl.member(c.SpeaksFor()) || in.Member && c.Type == core.CmdClaim) {
+		l.clocks.Observe(c.SpeaksFor(), core.ClockSample{Reported: time.Unix(0, c.SentAt), Leader: now, At: real})
 	}
 	in.ClusterNow, in.Known = ld.clusterNow(l, now)
-	d := LeaderCheck(l.replica.state, c, in)
+	d := core.LeaderCheck(l.replica.state, c, in)
 	if d.Handoff && current {
 		ld.handoff(l)
 	}
@@ -134,7 +136,7 @@ func (ld *simLeaders) handle(l *simNode, c Command) (Result, error) {
 			"which its cluster's log shows as current: %v", l.name(), l.cl.id, c.NodeID, c.Slot, c.Tenure, d.Err)
 	}
 	if d.Err != nil {
-		return Result{}, d.Err
+		return core.Result{}, d.Err
 	}
 	if !d.Propose {
 		return d.Answer, nil
@@ -143,7 +145,7 @@ func (ld *simLeaders) handle(l *simNode, c Command) (Result, error) {
 		// Raft commits nothing without a quorum of its configuration; the
 		// leader steps down when its lease runs out.
 		l.stepDown()
-		return LeaderAnswer(d, Result{}), fmt.Errorf("raft apply %s: %w", c.Type, raft.ErrLeadershipLost)
+		return core.LeaderAnswer(d, core.Result{}), fmt.Errorf("raft apply %s: %w", c.Type, raft.ErrLeadershipLost)
 	}
 	if !current {
 		// A deposed leader's entry may still be committed by its successor,
@@ -152,24 +154,24 @@ func (ld *simLeaders) handle(l *simNode, c Command) (Result, error) {
 			idx, _ := l.cl.appendEntry(d.Cmd)
 			ld.w.logf("%s (deposed) proposed %s of %s: committed at %d", l.name(), d.Cmd.Type, d.Cmd.SpeaksFor(), idx)
 		}
-		return LeaderAnswer(d, Result{}), fmt.Errorf("raft apply %s: %w", c.Type, raft.ErrLeadershipLost)
+		return core.LeaderAnswer(d, core.Result{}), fmt.Errorf("raft apply %s: %w", c.Type, raft.ErrLeadershipLost)
 	}
 	idx, res := l.cl.appendEntry(d.Cmd)
 	l.catchUp(int(idx))
 	ld.w.logf("%s commits %s of %s at %d: %v", l.name(), d.Cmd.Type, d.Cmd.SpeaksFor(), idx, res)
-	r, err := AppliedResult(d.Cmd.Type, idx, res)
-	return LeaderAnswer(d, r), err
+	r, err := core.AppliedResult(d.Cmd.Type, idx, res)
+	return core.LeaderAnswer(d, r), err
 }
 
 // applyForwarded is ApplyForwarded in front of handle: forwardCheck decides.
-func (ld *simLeaders) applyForwarded(l *simNode, c Command) (Result, error) {
-	in := ForwardIn{Leader: l.believesLeader(), Own: l.ownCluster(), Speaks: OwnProtocols}
+func (ld *simLeaders) applyForwarded(l *simNode, c core.Command) (core.Result, error) {
+	in := core.ForwardIn{Leader: l.believesLeader(), Own: l.ownCluster(), Speaks: core.OwnProtocols}
 	if l.conflict {
 		in.Conflict = ErrClusterConflict
 	}
-	if err := ForwardCheck(in, c, nil); err != nil {
+	if err := core.ForwardCheck(in, c, nil); err != nil {
 		if !errors.Is(err, ErrWrongCluster) || !ld.w.cfg.faults.adoptForwards {
-			return Result{}, err
+			return core.Result{}, err
 		}
 		c.ClusterID = in.Own
 	}
@@ -243,7 +245,7 @@ func (ld *simLeaders) sweep(c *simCluster) {
 		ld.memberActs[a.Kind]++
 		switch a.Kind {
 		case actReap:
-			idx, res := c.appendEntry(Command{Type: CmdRemove, NodeID: a.ID, ClusterID: c.id})
+			idx, res := c.appendEntry(core.Command{Type: core.CmdRemove, NodeID: a.ID, ClusterID: c.id})
 			c.removeMember(a.ID)
 			l.catchUp(int(idx))
 			l.ls.reaped(a.ID)
@@ -276,7 +278,7 @@ func (ld *simLeaders) sweep(c *simCluster) {
 // for their Status, and statusClock decides which answers count.
 func (ld *simLeaders) pollClocks(c *simCluster, l *simNode) {
 	real := ld.w.base.Add(ld.w.now)
-	for _, id := range ClockPollTargets(c.voters(), l.id, l.clocks.HeardSince, real, ClockPollEvery) {
+	for _, id := range core.ClockPollTargets(c.voters(), l.id, l.clocks.HeardSince, real, core.ClockPollEvery) {
 		var addr string
 		for _, n := range ld.w.nodes {
 			if n.id == id {

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idgen/idgen/cluster/core"
 )
 
 // simNet is the network between the nodes: the forwards and answers in
@@ -30,11 +32,11 @@ type simMsg struct {
 	at      time.Duration
 	to      int // address
 	forward bool
-	c       Command
+	c       core.Command
 	req     int
 	from    int // sender's address and life, for the answer
 	life    int
-	r       Result
+	r       core.Result
 	err     error
 	// forged: a forward no agent sent (a buggy or hostile peer's), which
 	// every leader must refuse.
@@ -43,7 +45,7 @@ type simMsg struct {
 
 type simReq struct {
 	id       int
-	c        Command
+	c        core.Command
 	deadline time.Duration
 }
 
@@ -51,9 +53,9 @@ type simReq struct {
 // it is handled here (n acts as leader) or forwarded to the leader n
 // believes in. It reports whether an answer will come later (the request is
 // then pending); deliver checks it with acceptAnswer.
-func (net *simNet) propose(n *simNode, c Command) (later bool, r Result, err error) {
+func (net *simNet) propose(n *simNode, c core.Command) (later bool, r core.Result, err error) {
 	c.SentAt = n.clock().Now().UnixNano()
-	in := ProposeIn{Own: n.ownCluster(), Leader: n.believesLeader(), CanForward: true}
+	in := core.ProposeIn{Own: n.ownCluster(), Leader: n.believesLeader(), CanForward: true}
 	if n.conflict {
 		in.Conflict = ErrClusterConflict
 	}
@@ -61,17 +63,17 @@ func (net *simNet) propose(n *simNode, c Command) (later bool, r Result, err err
 		in.LeaderID, in.LeaderAddr = b.id, fmt.Sprint(b.addr)
 	}
 	c.ClusterID = in.Own
-	switch rt, err := ProposeRoute(in); rt {
-	case RouteLocal:
+	switch rt, err := core.ProposeRoute(in); rt {
+	case core.RouteLocal:
 		r, err = net.w.lead.handle(n, c)
 		return false, r, err
-	case RouteRefuse:
-		return false, Result{}, err
+	case core.RouteRefuse:
+		return false, core.Result{}, err
 	}
 	net.nextID++
 	n.pending = &simReq{id: net.nextID, c: c, deadline: net.w.now + simTimeout}
 	net.send(&simMsg{to: n.believed.addr, forward: true, c: c, req: net.nextID, from: n.addr, life: n.life})
-	return true, Result{}, nil
+	return true, core.Result{}, nil
 }
 
 func (net *simNet) send(m *simMsg) {
@@ -138,7 +140,7 @@ func (net *simNet) deliver() bool {
 	n.pending = nil
 	r, err := m.r, m.err
 	if err == nil && !net.w.cfg.faults.trustAnswers {
-		err = AcceptAnswer(n.ownCluster(), fmt.Sprint(m.from), r, OwnProtocols)
+		err = core.AcceptAnswer(n.ownCluster(), fmt.Sprint(m.from), r, core.OwnProtocols)
 	}
 	net.w.agents.answered(n, c, r, err)
 	return true
@@ -186,7 +188,7 @@ func (net *simNet) probe(addr string) (Status, error) {
 		}
 		dc := n.dc
 		return Status{ID: n.id, RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(), AppliedIndex: uint64(n.applied),
-			LastIndex: uint64(n.applied), Leaving: n.leaving != 0, Protocols: OwnProtocols, Clock: n.clock().Now().UnixNano(),
+			LastIndex: uint64(n.applied), Leaving: n.leaving != 0, Protocols: core.OwnProtocols, Clock: n.clock().Now().UnixNano(),
 			Datacenter: &dc}, nil
 	}
 	return Status{}, errors.New("no such address")

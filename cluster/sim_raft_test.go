@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/generator"
 )
 
@@ -103,8 +104,8 @@ func (c *simCluster) removeMember(id string) {
 }
 
 // appendEntry commits c in cl's log and applies it to the truth.
-func (cl *simCluster) appendEntry(c Command) (uint64, interface{}) {
-	data, err := EncodeEntry(c, ProtocolMax)
+func (cl *simCluster) appendEntry(c core.Command) (uint64, interface{}) {
+	data, err := core.EncodeEntry(c, ProtocolMax)
 	if err != nil {
 		cl.w.fail("encode %s: %v", c.Type, err)
 		return 0, err
@@ -112,7 +113,7 @@ func (cl *simCluster) appendEntry(c Command) (uint64, interface{}) {
 	cl.log = append(cl.log, data)
 	idx := uint64(len(cl.log))
 	res := simApply(cl.truth, idx, data)
-	if id := cl.truth.state.ClusterID; c.Type == CmdInit && id != "" {
+	if id := cl.truth.state.ClusterID; c.Type == core.CmdInit && id != "" {
 		cl.id = id
 	}
 	cl.w.check.tenures(cl)
@@ -247,7 +248,7 @@ type simNode struct {
 	ls           leaderState   // reconcile's bookkeeping, new with each leadership
 	ready        bool          // past its Barrier
 	deposedUntil time.Duration // a deposed leader still answers until then
-	clocks       ClockBook
+	clocks       core.ClockBook
 	// initWait is the wait before the last establish retry, initAt when the
 	// next one is due (0: none).
 	initWait, initAt time.Duration
@@ -260,14 +261,14 @@ type simNode struct {
 	// minted and withdrawn are the node's (withdraw.go): the tenure its
 	// generator mints under, and what its ended tenures withdrew.
 	buf       []simBatchOf
-	minted    MintedTenure
-	withdrawn Withdrawals
+	minted    core.MintedTenure
+	withdrawn core.Withdrawals
 
 	// agent side
 	believed *simNode // the leader it forwards to (may be stale)
 	gen      *generator.Generator
 	tenure   uint64
-	rule     SlotAgent // the agent's rule, as the node runs it
+	rule     core.SlotAgent // the agent's rule, as the node runs it
 	pending  *simReq
 
 	// the quiet phase's timers: when n last ran its agent, heard a
@@ -315,11 +316,11 @@ func (n *simNode) catchUp(upTo int) {
 // whose tenure the replica just ended stops there and then, by the agent's
 // rule, whatever the agent is doing.
 func (n *simNode) stopIfEnded() {
-	if upTo, ended := EndedUpTo(n.replica.state, n.id, n.minted); ended && !n.w.cfg.faults.keepEnded {
+	if upTo, ended := core.EndedUpTo(n.replica.state, n.id, n.minted); ended && !n.w.cfg.faults.keepEnded {
 		n.withdrawn.Add(n.minted.Slot, upTo)
 	}
 	if !n.w.cfg.faults.lateStop {
-		n.w.agents.agentStep(n, AgentEvent{Kind: AgentApplied})
+		n.w.agents.agentStep(n, core.AgentEvent{Kind: core.AgentApplied})
 	}
 }
 
@@ -392,9 +393,9 @@ func (n *simNode) crash() {
 	if n.gen != nil {
 		n.gen.Revoke(errors.New("crashed"))
 	}
-	n.gen, n.tenure, n.rule, n.pending, n.ready, n.deposedUntil = nil, 0, SlotAgent{}, nil, false, 0
+	n.gen, n.tenure, n.rule, n.pending, n.ready, n.deposedUntil = nil, 0, core.SlotAgent{}, nil, false, 0
 	n.buf, n.leaving, n.initAt, n.pausedUntil = nil, 0, 0, 0
-	n.minted, n.withdrawn = MintedTenure{}, Withdrawals{}
+	n.minted, n.withdrawn = core.MintedTenure{}, core.Withdrawals{}
 	n.downAt = n.w.now
 	n.clocks.Reset()
 	if n.cl != nil && n.cl.leader == n {

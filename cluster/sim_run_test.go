@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idgen/idgen/cluster/core"
 )
 
 var (
@@ -218,8 +220,8 @@ func TestNotOwnerAnswerIsAHint(t *testing.T) {
 		t.Fatalf("no follower runs a generator after %d events (err %v)\n%s", w.events, w.err, w.traceText())
 	}
 	slot, tenure := n.gen.Slot(), n.tenure
-	c := Command{Type: CmdReserve, NodeID: n.id, Slot: slot, Tenure: tenure, UpTo: n.gen.Granted() + 10}
-	w.agents.answered(n, c, Result{}, fmt.Errorf("%w: node %s does not hold slot %d under tenure %d", ErrNotOwner, n.id, slot, tenure))
+	c := core.Command{Type: core.CmdReserve, NodeID: n.id, Slot: slot, Tenure: tenure, UpTo: n.gen.Granted() + 10}
+	w.agents.answered(n, c, core.Result{}, fmt.Errorf("%w: node %s does not hold slot %d under tenure %d", ErrNotOwner, n.id, slot, tenure))
 	if w.err != nil {
 		t.Fatalf("%v\n%s", w.err, w.traceText())
 	}
@@ -228,7 +230,7 @@ func TestNotOwnerAnswerIsAHint(t *testing.T) {
 	}
 	// The replica still decides: once it shows the tenure ended, the
 	// generator stops.
-	if _, res := n.cl.appendEntry(Command{Type: CmdRelease, NodeID: n.id, Tenure: tenure, ClusterID: n.cl.id}); res != (Result{Slot: slot}) {
+	if _, res := n.cl.appendEntry(core.Command{Type: core.CmdRelease, NodeID: n.id, Tenure: tenure, ClusterID: n.cl.id}); res != (core.Result{Slot: slot}) {
 		t.Fatalf("release of tenure %d: %v", tenure, res)
 	}
 	n.catchUp(len(n.cl.log)) // the apply stops it (stopIfEnded)

@@ -40,6 +40,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/generator"
 )
 
@@ -351,7 +352,7 @@ func (w *simWorld) tickNodes() {
 		if n.pending != nil && w.now > n.pending.deadline {
 			c := n.pending.c
 			n.pending = nil
-			w.agents.answered(n, c, Result{}, context.DeadlineExceeded)
+			w.agents.answered(n, c, core.Result{}, context.DeadlineExceeded)
 		}
 		if n.initAt != 0 && w.now >= n.initAt {
 			w.lead.establish(n)
@@ -449,7 +450,7 @@ func (w *simWorld) event(ev int, faults bool) {
 		if l := c.leader; l != nil && l.ready && !l.conflict && len(c.servers) > 1 && c.quorum() {
 			id := string(c.servers[w.r.Intn(len(c.servers))].ID)
 			if id != l.id && c.keepsQuorum(id, true) {
-				idx, res := c.appendEntry(Command{Type: CmdRemove, NodeID: id, ClusterID: c.id})
+				idx, res := c.appendEntry(core.Command{Type: core.CmdRemove, NodeID: id, ClusterID: c.id})
 				c.removeMember(id)
 				l.catchUp(int(idx))
 				w.logf("%s removes %s at %d: %v", l.name(), id, idx, res)
@@ -491,7 +492,7 @@ func (w *simWorld) event(ev int, faults bool) {
 		if n := w.pickNode(up); n != nil {
 			l := simLayout
 			dc := []int{1 << simLayout.DatacenterBits, 1 << 62, -2, 1<<31 - 1}[w.r.Intn(4)]
-			c := Command{Type: CmdClaim, Node: &NodeInfo{ID: n.id, Name: n.name(), Datacenter: dc}, Layout: &l,
+			c := core.Command{Type: core.CmdClaim, Node: &NodeInfo{ID: n.id, Name: n.name(), Datacenter: dc}, Layout: &l,
 				ClusterID: n.ownCluster(), SentAt: n.clock().Now().UnixNano()}
 			to := w.r.Intn(len(w.nodes))
 			if n.believed != nil {
@@ -574,7 +575,7 @@ func (w *simWorld) keepPromises() {
 			w.heartbeat(n)
 			n.lastBeat = w.now
 		}
-		if w.now-n.lastTick >= AgentTick {
+		if w.now-n.lastTick >= core.AgentTick {
 			w.agents.agent(n)
 			n.lastTick = w.now
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/scripts/harness"
 )
 
@@ -377,7 +378,7 @@ func TestCopyOfALoneSeedMeetingThroughAThirdNode(t *testing.T) {
 			}
 		}
 		var hw int64 = -1
-		a.fsm.view(func(s *State) { hw = s.Slots[slot].HighWater })
+		a.fsm.view(func(s *core.State) { hw = s.Slots[slot].HighWater })
 		return hw >= copyGranted
 	})
 	layout := a.Layout()

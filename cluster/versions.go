@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 
+	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/generator"
 )
 
@@ -51,7 +52,7 @@ func (vv *versionView) writeProtocol() int {
 		}
 		r, ok := n.versions.protocols.Get(string(s.ID))
 		if !ok {
-			r = LegacyProtocols
+			r = core.LegacyProtocols
 		}
 		c, shared := common.Intersect(r)
 		if !shared {
@@ -73,14 +74,14 @@ func (vv *versionView) othersProtocol() (common ProtocolRange, shared, any bool)
 		return ProtocolRange{}, false, false
 	}
 	members := n.gossip.snapshot()
-	common = ProtocolRange{1, int(^uint(0) >> 1)}
+	common = ProtocolRange{Min: 1, Max: int(^uint(0) >> 1)}
 	for _, s := range f.Configuration().Servers {
 		id := string(s.ID)
 		if id == n.id {
 			continue
 		}
 		any = true
-		r := LegacyProtocols
+		r := core.LegacyProtocols
 		if pr, ok := n.versions.protocols.Get(id); ok {
 			r = pr // proven over the authenticated transport (a leader's polls)
 		} else if m, seen := members[id]; seen && m.Parsed {
@@ -137,7 +138,7 @@ func (vv *versionView) joinBlocked() string {
 		if m.ID == n.id || !m.Parsed || m.State != MemberAlive || !m.Meta.Member || m.Meta.ClusterID == "" {
 			continue
 		}
-		if err := JoinProtocol(own, m.Meta.protocols()); err != nil {
+		if err := core.JoinProtocol(own, m.Meta.protocols()); err != nil {
 			return fmt.Sprintf("the cluster %s that member %s belongs to will not add this node: %v", m.Meta.ClusterID, m.Meta.Name, err)
 		}
 		if l, err := generator.ParseLayout(m.Meta.Layout); err == nil {

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/generator"
 )
 
@@ -71,9 +72,9 @@ func sameFields(t *testing.T, what string, v1, v2 any) {
 // the release before decodes them.
 func TestVersion1ReadsWhatThisBuildWrites(t *testing.T) {
 	l := generator.DefaultLayout()
-	c := Command{Type: CmdClaim, Layout: &l, Node: &NodeInfo{ID: "n1", Name: "a", RaftAddr: "r", GossipAddr: "g", GRPCAddr: "p", HTTPAddr: "h", Datacenter: 1},
+	c := core.Command{Type: core.CmdClaim, Layout: &l, Node: &NodeInfo{ID: "n1", Name: "a", RaftAddr: "r", GossipAddr: "g", GRPCAddr: "p", HTTPAddr: "h", Datacenter: 1},
 		NodeID: "n1", Slot: 3, UpTo: 99, Foreign: "f", Tenure: 7, ClusterID: "c1", Created: 5, Start: 6, SentAt: 8, Protocol: ProtocolMax}
-	data, err := EncodeCommand(c)
+	data, err := core.EncodeCommand(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,13 +82,13 @@ func TestVersion1ReadsWhatThisBuildWrites(t *testing.T) {
 	if err := json.Unmarshal(data[1:], &oc); err != nil {
 		t.Fatalf("a version 1 node cannot decode this build's command: %v", err)
 	}
-	if CommandType(data[0]) != CmdClaim {
+	if core.CommandType(data[0]) != core.CmdClaim {
 		t.Fatalf("type byte %d", data[0])
 	}
 	sameFields(t, "command", oc, c)
 
-	r := Result{Slot: 2, Floor: 3, Granted: 4, Tenure: 5, Index: 6, LeaderTime: 7, ClusterTime: 8, ClusterID: "c1", Protocol: ProtocolMax}
-	rb, err := EncodeResult(r)
+	r := core.Result{Slot: 2, Floor: 3, Granted: 4, Tenure: 5, Index: 6, LeaderTime: 7, ClusterTime: 8, ClusterID: "c1", Protocol: ProtocolMax}
+	rb, err := core.EncodeResult(r)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package cluster
+package core
 
 import (
 	"errors"
@@ -443,3 +443,7 @@ func LayoutMismatch(cluster, configured generator.Layout, who string) error {
 		"a cluster's layout never changes, so another layout needs a new cluster, on empty data dirs",
 		ErrLayoutMismatch, who, cluster, configured)
 }
+
+// Tenure is one holding of a slot by one node (generator.Tenure: the
+// record the log keeps of it).
+type Tenure = generator.Tenure

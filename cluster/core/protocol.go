@@ -1,4 +1,4 @@
-package cluster
+package core
 
 import (
 	"errors"
@@ -44,11 +44,11 @@ var ErrProtocol = errors.New("protocol version not spoken")
 type ProtocolRange struct{ Min, Max int }
 
 // OwnProtocols is what this build speaks.
-var OwnProtocols = ProtocolRange{ProtocolMin, ProtocolMax}
+var OwnProtocols = ProtocolRange{Min: ProtocolMin, Max: ProtocolMax}
 
 // LegacyProtocols is what a node that advertises no range speaks: the
 // releases before version 2.
-var LegacyProtocols = ProtocolRange{1, 1}
+var LegacyProtocols = ProtocolRange{Min: 1, Max: 1}
 
 func (r ProtocolRange) String() string {
 	if r.Min == r.Max {
