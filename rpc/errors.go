@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -29,52 +30,64 @@ type errMapping struct {
 // errTable is the one place errors become gRPC codes. Order matters: the first
 // match wins, so a generator error wrapped together with a context error (for
 // example a window that stayed exhausted until the deadline) keeps its meaning.
-var errTable = []errMapping{
+// The cluster's rows are cluster.Reasons (its reason strings and kinds, in its
+// order); each kind's rows stand where that kind's code begins, before the
+// rows of this package's, the generator's and Raft's errors of the same code.
+var errTable = slices.Concat(
 	// Not able to serve right now; another node may be: Unavailable, which the
 	// client retries elsewhere.
-	{cluster.ErrNotReady, codes.Unavailable, "NOT_READY"},
-	{cluster.ErrNoLeader, codes.Unavailable, "NO_LEADER"},
-	{cluster.ErrNotLeader, codes.Unavailable, "NOT_LEADER"},
-	// Before ErrLeaderNotReady, which it wraps.
-	{cluster.ErrLeaderClockOff, codes.Unavailable, "LEADER_CLOCK_OFF"},
-	{cluster.ErrLeaderNotReady, codes.Unavailable, "LEADER_NOT_READY"},
-	{cluster.ErrNotInitialized, codes.Unavailable, "NOT_INITIALIZED"},
-	{cluster.ErrClusterConflict, codes.Unavailable, "CLUSTER_CONFLICT"},
-	{cluster.ErrShutdown, codes.Unavailable, "SHUTDOWN"},
-	{cluster.ErrClockSkew, codes.Unavailable, "CLOCK_SKEW"},
-	{cluster.ErrNotOwner, codes.Unavailable, "NOT_OWNER"},
-	{generator.ErrRevoked, codes.Unavailable, "REVOKED"},
-	{raft.ErrNotLeader, codes.Unavailable, "RAFT_NOT_LEADER"},
-	{raft.ErrLeadershipLost, codes.Unavailable, "RAFT_LEADERSHIP_LOST"},
-	{raft.ErrRaftShutdown, codes.Unavailable, "RAFT_SHUTDOWN"},
-	{raft.ErrLeadershipTransferInProgress, codes.Unavailable, "RAFT_LEADERSHIP_TRANSFER"},
-	{raft.ErrEnqueueTimeout, codes.Unavailable, "RAFT_ENQUEUE_TIMEOUT"},
+	clusterRows(cluster.KindRetry),
+	[]errMapping{
+		{generator.ErrRevoked, codes.Unavailable, "REVOKED"},
+		{raft.ErrNotLeader, codes.Unavailable, "RAFT_NOT_LEADER"},
+		{raft.ErrLeadershipLost, codes.Unavailable, "RAFT_LEADERSHIP_LOST"},
+		{raft.ErrRaftShutdown, codes.Unavailable, "RAFT_SHUTDOWN"},
+		{raft.ErrLeadershipTransferInProgress, codes.Unavailable, "RAFT_LEADERSHIP_TRANSFER"},
+		{raft.ErrEnqueueTimeout, codes.Unavailable, "RAFT_ENQUEUE_TIMEOUT"},
+	},
 
-	// The cluster is in a state the caller has to change first.
-	{cluster.ErrClusterFull, codes.FailedPrecondition, "CLUSTER_FULL"},
-	{cluster.ErrWrongCluster, codes.FailedPrecondition, "WRONG_CLUSTER"},
-	{cluster.ErrNotMember, codes.FailedPrecondition, "NOT_MEMBER"},
-	{cluster.ErrProtocol, codes.FailedPrecondition, "PROTOCOL"},
-	{cluster.ErrBadCommand, codes.InvalidArgument, "BAD_COMMAND"},
-	{cluster.ErrLayoutMismatch, codes.FailedPrecondition, "LAYOUT_MISMATCH"},
-	{cluster.ErrFaultInjectionDisabled, codes.FailedPrecondition, "FAULT_INJECTION_DISABLED"},
-	{cluster.ErrRemoveSelf, codes.FailedPrecondition, "REMOVE_SELF"},
-	{cluster.ErrQuorum, codes.FailedPrecondition, "QUORUM"},
-	{generator.ErrLayoutExhausted, codes.FailedPrecondition, "LAYOUT_EXHAUSTED"},
+	// The cluster is in a state the caller has to change first (and the
+	// cluster's malformed command, among them as before).
+	clusterRows(cluster.KindPrecondition, cluster.KindBadInput),
+	[]errMapping{
+		{generator.ErrLayoutExhausted, codes.FailedPrecondition, "LAYOUT_EXHAUSTED"},
 
-	// No room to issue within the caller's deadline.
-	{generator.ErrWindowExhausted, codes.ResourceExhausted, "WINDOW_EXHAUSTED"},
-	{errNoRoom, codes.ResourceExhausted, "NO_ROOM"},
+		// No room to issue within the caller's deadline.
+		{generator.ErrWindowExhausted, codes.ResourceExhausted, "WINDOW_EXHAUSTED"},
+		{errNoRoom, codes.ResourceExhausted, "NO_ROOM"},
 
-	// Gossip could not reach any of the given addresses.
-	{errJoin, codes.Unavailable, "JOIN_FAILED"},
+		// Gossip could not reach any of the given addresses.
+		{errJoin, codes.Unavailable, "JOIN_FAILED"},
 
-	{generator.ErrBatchSize, codes.InvalidArgument, "BATCH_SIZE"},
-	{errBadRequest, codes.InvalidArgument, "BAD_REQUEST"},
-	{cluster.ErrUnknownNode, codes.NotFound, "UNKNOWN_NODE"},
+		{generator.ErrBatchSize, codes.InvalidArgument, "BATCH_SIZE"},
+		{errBadRequest, codes.InvalidArgument, "BAD_REQUEST"},
+	},
+	clusterRows(cluster.KindNotFound, cluster.KindNoRoom),
+	[]errMapping{
+		{context.Canceled, codes.Canceled, "CANCELED"},
+		{context.DeadlineExceeded, codes.DeadlineExceeded, "DEADLINE_EXCEEDED"},
+	},
+)
 
-	{context.Canceled, codes.Canceled, "CANCELED"},
-	{context.DeadlineExceeded, codes.DeadlineExceeded, "DEADLINE_EXCEEDED"},
+// kindCodes is the gRPC code of each kind of cluster error.
+var kindCodes = map[cluster.Kind]codes.Code{
+	cluster.KindRetry:        codes.Unavailable,
+	cluster.KindPrecondition: codes.FailedPrecondition,
+	cluster.KindBadInput:     codes.InvalidArgument,
+	cluster.KindNotFound:     codes.NotFound,
+	cluster.KindNoRoom:       codes.ResourceExhausted,
+}
+
+// clusterRows is cluster.Reasons' rows of the given kinds, in its order, as
+// errTable's rows.
+func clusterRows(kinds ...cluster.Kind) []errMapping {
+	var out []errMapping
+	for _, r := range cluster.Reasons() {
+		if slices.Contains(kinds, r.Kind) {
+			out = append(out, errMapping{r.Err, kindCodes[r.Kind], r.Name})
+		}
+	}
+	return out
 }
 
 var (

@@ -8,6 +8,7 @@ import (
 	"go/parser"
 	"go/token"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -204,4 +205,127 @@ func TestErrorReasonForEveryClusterSentinel(t *testing.T) {
 			t.Errorf("cluster.%s came back as %v", name, back)
 		}
 	}
+}
+
+// todaysTable is errTable as it was written out before the cluster's rows
+// came from cluster.Reasons: every error's code and reason, and the order
+// in which they are tried, must stay exactly so (the reasons travel between
+// releases).
+var todaysTable = []errMapping{
+	{cluster.ErrNotReady, codes.Unavailable, "NOT_READY"},
+	{cluster.ErrNoLeader, codes.Unavailable, "NO_LEADER"},
+	{cluster.ErrNotLeader, codes.Unavailable, "NOT_LEADER"},
+	{cluster.ErrLeaderClockOff, codes.Unavailable, "LEADER_CLOCK_OFF"},
+	{cluster.ErrLeaderNotReady, codes.Unavailable, "LEADER_NOT_READY"},
+	{cluster.ErrNotInitialized, codes.Unavailable, "NOT_INITIALIZED"},
+	{cluster.ErrClusterConflict, codes.Unavailable, "CLUSTER_CONFLICT"},
+	{cluster.ErrShutdown, codes.Unavailable, "SHUTDOWN"},
+	{cluster.ErrClockSkew, codes.Unavailable, "CLOCK_SKEW"},
+	{cluster.ErrNotOwner, codes.Unavailable, "NOT_OWNER"},
+	{generator.ErrRevoked, codes.Unavailable, "REVOKED"},
+	{raft.ErrNotLeader, codes.Unavailable, "RAFT_NOT_LEADER"},
+	{raft.ErrLeadershipLost, codes.Unavailable, "RAFT_LEADERSHIP_LOST"},
+	{raft.ErrRaftShutdown, codes.Unavailable, "RAFT_SHUTDOWN"},
+	{raft.ErrLeadershipTransferInProgress, codes.Unavailable, "RAFT_LEADERSHIP_TRANSFER"},
+	{raft.ErrEnqueueTimeout, codes.Unavailable, "RAFT_ENQUEUE_TIMEOUT"},
+	{cluster.ErrClusterFull, codes.FailedPrecondition, "CLUSTER_FULL"},
+	{cluster.ErrWrongCluster, codes.FailedPrecondition, "WRONG_CLUSTER"},
+	{cluster.ErrNotMember, codes.FailedPrecondition, "NOT_MEMBER"},
+	{cluster.ErrProtocol, codes.FailedPrecondition, "PROTOCOL"},
+	{cluster.ErrBadCommand, codes.InvalidArgument, "BAD_COMMAND"},
+	{cluster.ErrLayoutMismatch, codes.FailedPrecondition, "LAYOUT_MISMATCH"},
+	{cluster.ErrFaultInjectionDisabled, codes.FailedPrecondition, "FAULT_INJECTION_DISABLED"},
+	{cluster.ErrRemoveSelf, codes.FailedPrecondition, "REMOVE_SELF"},
+	{cluster.ErrQuorum, codes.FailedPrecondition, "QUORUM"},
+	{generator.ErrLayoutExhausted, codes.FailedPrecondition, "LAYOUT_EXHAUSTED"},
+	{generator.ErrWindowExhausted, codes.ResourceExhausted, "WINDOW_EXHAUSTED"},
+	{errNoRoom, codes.ResourceExhausted, "NO_ROOM"},
+	{errJoin, codes.Unavailable, "JOIN_FAILED"},
+	{generator.ErrBatchSize, codes.InvalidArgument, "BATCH_SIZE"},
+	{errBadRequest, codes.InvalidArgument, "BAD_REQUEST"},
+	{cluster.ErrUnknownNode, codes.NotFound, "UNKNOWN_NODE"},
+	{context.Canceled, codes.Canceled, "CANCELED"},
+	{context.DeadlineExceeded, codes.DeadlineExceeded, "DEADLINE_EXCEEDED"},
+}
+
+// TestErrTableIsTodays: errTable, its cluster rows taken from
+// cluster.Reasons, is row for row the table it replaced, and every row
+// round-trips: the sentinel (wrapped) crosses as its code and reason and
+// comes back as itself.
+func TestErrTableIsTodays(t *testing.T) {
+	if len(errTable) != len(todaysTable) {
+		t.Errorf("errTable has %d rows, the table it replaced %d", len(errTable), len(todaysTable))
+	}
+	for i := range min(len(errTable), len(todaysTable)) {
+		got, want := errTable[i], todaysTable[i]
+		if got.err != want.err || got.code != want.code || got.reason != want.reason {
+			t.Errorf("errTable row %d is {%v, %v, %s}, want {%v, %v, %s}", i, got.err, got.code, got.reason, want.err, want.code, want.reason)
+		}
+	}
+	for _, m := range errTable {
+		st := status.Convert(ToStatus(fmt.Errorf("doing a thing: %w", m.err)))
+		if st.Code() != m.code || reasonOf(st) != m.reason {
+			t.Errorf("%v crosses as %v %q, want %v %q", m.err, st.Code(), reasonOf(st), m.code, m.reason)
+		}
+		back := ErrorFromStatus(st.Err())
+		if !errors.Is(back, m.err) || status.Code(back) != m.code {
+			t.Errorf("%s came back as %v (%v)", m.reason, back, status.Code(back))
+		}
+	}
+}
+
+// TestClusterReasonsAreErrTables: every row of cluster's reason table is
+// a row of errTable with the code of its kind, what crosses gRPC as its
+// reason comes back as the same row of cluster's table, and the table
+// covers every cluster sentinel that crosses gRPC (clusterSentinels).
+func TestClusterReasonsAreErrTables(t *testing.T) {
+	wantCode := map[cluster.Kind]codes.Code{
+		cluster.KindRetry: codes.Unavailable, cluster.KindPrecondition: codes.FailedPrecondition,
+		cluster.KindBadInput: codes.InvalidArgument, cluster.KindNotFound: codes.NotFound,
+		cluster.KindNoRoom: codes.ResourceExhausted,
+	}
+	inTable := map[error]bool{}
+	for _, r := range cluster.Reasons() {
+		inTable[r.Err] = true
+		if got, ok := cluster.ReasonOf(fmt.Errorf("doing a thing: %w", r.Err)); !ok || got != r {
+			t.Errorf("cluster.ReasonOf(%v) = %+v, %v; want its own row %+v", r.Err, got, ok, r)
+		}
+		i := slices.IndexFunc(errTable, func(m errMapping) bool { return m.err == r.Err })
+		if i < 0 {
+			t.Errorf("cluster's %s is not in errTable", r.Name)
+			continue
+		}
+		if m := errTable[i]; m.reason != r.Name || m.code != wantCode[r.Kind] {
+			t.Errorf("errTable has %s as {%v, %s}, cluster's table as {kind %d, %s}", r.Name, m.code, m.reason, r.Kind, r.Name)
+		}
+		st := status.Convert(ToStatus(r.Err))
+		back := ErrorFromStatus(st.Err())
+		if got, ok := cluster.ReasonOf(back); !ok || got != r {
+			t.Errorf("%s came back as %v, whose row in cluster's table is %+v", r.Name, back, got)
+		}
+	}
+	for name, sentinel := range clusterSentinels {
+		if !inTable[sentinel] {
+			t.Errorf("cluster.%s crosses gRPC but is not in cluster.Reasons", name)
+		}
+	}
+	if len(inTable) != len(clusterSentinels) {
+		t.Errorf("cluster.Reasons has %d sentinels, clusterSentinels %d", len(inTable), len(clusterSentinels))
+	}
+	if _, ok := cluster.ReasonOf(errors.New("something odd")); ok {
+		t.Error("cluster.ReasonOf names an error of nobody's")
+	}
+	if r, _ := cluster.ReasonOf(cluster.ErrLeaderClockOff); r.Name != "LEADER_CLOCK_OFF" {
+		t.Errorf("ErrLeaderClockOff, which wraps ErrLeaderNotReady, has the reason %s", r.Name)
+	}
+}
+
+// reasonOf is the ErrorInfo reason of st ("" for none).
+func reasonOf(st *status.Status) string {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == ErrorDomain {
+			return info.GetReason()
+		}
+	}
+	return ""
 }
