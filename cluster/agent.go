@@ -123,7 +123,7 @@ func (a *agentShell) carryOut(out core.AgentOut) error {
 		n.logger.Warn("claim answered but not found in the local log", "err", out.GaveUp)
 	case out.Revoke != nil:
 		if g != nil {
-			a.revoke(g, out.Revoke)
+			a.revoke(g, out.Revoke, reasonName(out.Revoke))
 		}
 		return nil
 	case out.Start:
@@ -319,10 +319,14 @@ func (a *agentShell) stopIfEnded() {
 	a.step(core.AgentEvent{Kind: core.AgentApplied})
 }
 
-func (a *agentShell) revoke(g *generator.Generator, cause error) {
+// revoke stops g for good, for cause, and counts the revocation for
+// reason (events.go).
+func (a *agentShell) revoke(g *generator.Generator, cause error, reason string) {
 	n := a.n
 	g.Revoke(cause)
-	a.gen.CompareAndSwap(g, nil)
+	if a.gen.CompareAndSwap(g, nil) {
+		n.events.count(eventRevocation, reason)
+	}
 	n.reason.set("slot lost: " + cause.Error())
 	n.logger.Warn("stopped issuing", "slot", g.Slot(), "cause", cause)
 }

@@ -90,6 +90,11 @@ type Config struct {
 	// 1 never finds its peers, and a server that cannot be asked counts as
 	// unreachable.
 	Prober Prober
+	// Events, when set, is told of each event the node counts: a refusal
+	// by the leader, a hand-off of leadership, a revocation of the running
+	// generator, a fence the leader wrote (events.go). nil: the node only
+	// keeps its own count.
+	Events EventCounter
 
 	// applyFault, set only by this package's tests, fails a proposal before
 	// it reaches Raft (a slow disk, a commit timeout).

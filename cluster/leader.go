@@ -252,6 +252,7 @@ func (ld *leader) handOffToClusterTime() bool {
 		n.logger.Warn("leadership transfer", "err", err)
 		return false
 	}
+	n.events.count(eventHandoff, handoffFounderClock)
 	return true
 }
 
@@ -405,6 +406,7 @@ func (ld *leader) leaderClockIsOffClusterTime() bool {
 		n.logger.Warn("leadership transfer", "err", err)
 		return false
 	}
+	n.events.count(eventHandoff, handoffClockOff)
 	return true
 }
 
@@ -454,6 +456,7 @@ func (ld *leader) leaderProtocolIsOdd() bool {
 		n.logger.Warn("leadership transfer", "err", err)
 		return false
 	}
+	n.events.count(eventHandoff, handoffProtocolOdd)
 	return true
 }
 
@@ -474,6 +477,7 @@ func (ld *leader) leaderClockIsOutlier() bool {
 		return false
 	}
 	ld.n.clusterClock.clocks.Reset()
+	n.events.count(eventHandoff, handoffClockOutlier)
 	return true
 }
 
@@ -509,6 +513,10 @@ func (rc *reconciler) fenceForeign() {
 	// cluster (twins.go): their log granted windows this one never saw.
 	proofs := append(rc.n.members.proveForeign(own), n.ident.copies.copies()...)
 	for _, f := range foreignFences(proofs, layout) {
+		kind := fenceOtherCluster
+		if f.foreign == own {
+			kind = fenceCopy // a copy's proof names this cluster (twins.go)
+		}
 		if f.otherLayout {
 			n.peerLog.Refused("fence:"+f.foreign, "not fencing a window of another cluster of another layout: its IDs "+
 				"are not comparable with this cluster's", "other_cluster", f.foreign, "other_layout", f.layout.String(), "own_layout", layout.String())
@@ -520,6 +528,9 @@ func (rc *reconciler) fenceForeign() {
 			ctx, cancel := context.WithTimeout(context.Background(), core.ApplyTimeout)
 			_, _, err := n.gate.raftApply(ctx, c)
 			cancel()
+			if err == nil {
+				n.events.count(eventFence, kind)
+			}
 			switch {
 			case c.Type == core.CmdRelease && err == nil:
 				n.logger.Warn("ended a tenure that another cluster's window overlaps: the holder claims again above it",

@@ -31,6 +31,9 @@ func (n *Node) ApplyForwarded(ctx context.Context, data []byte) ([]byte, error) 
 			n.peerLog.Refused("forward:"+c.SpeaksFor(), "refused a forwarded command", "from", c.SpeaksFor(), "type", c.Type.String(),
 				"its_protocol", core.VersionOf(c.Protocol), "own_protocols", in.Speaks.String(), "err", err)
 		}
+		if in.Leader {
+			n.gate.refused(err)
+		}
 		return nil, err
 	}
 	r, err := n.gate.handle(ctx, c)
@@ -53,7 +56,7 @@ func (lg *leaderGate) handle(ctx context.Context, c core.Command) (core.Result, 
 	)
 	ready := lg.leaderReady.Load()
 	if n.fsm.view(func(s *core.State) { h, err = core.HandleCheck(s, c, ready) }); err != nil {
-		return core.Result{}, err
+		return core.Result{}, lg.refused(err)
 	}
 	if h == core.HandleRemove {
 		slot, err := lg.leaderRemove(ctx, c.NodeID)
@@ -89,17 +92,35 @@ func (lg *leaderGate) leaderApply(ctx context.Context, c core.Command) (core.Res
 		}
 	}
 	if d.Err != nil {
-		return core.Result{}, d.Err
+		return core.Result{}, lg.refused(d.Err)
 	}
 	if err := lg.contested(d); err != nil {
-		return core.Result{}, err
+		return core.Result{}, lg.refused(err)
 	}
 	d.Answer.ClusterID = n.ident.ownCluster()
 	if !d.Propose {
 		return d.Answer, nil
 	}
 	r, _, err := lg.raftApply(ctx, d.Cmd)
-	return core.LeaderAnswer(d, r), err
+	return core.LeaderAnswer(d, r), lg.refusedByLog(err)
+}
+
+// refused counts err as a refusal of this leader's checks, by its reason
+// (ReasonOther for none), and returns it.
+func (lg *leaderGate) refused(err error) error {
+	lg.n.events.count(eventRefusal, reasonName(err))
+	return err
+}
+
+// refusedByLog counts the error of a proposal as a refusal when it is one
+// of the cluster's (Apply refused the entry: CLUSTER_FULL, NOT_OWNER; or
+// the entry's protocol is not written), and returns it; a proposal that
+// failed to commit (Raft's errors, a timeout) was refused by nobody.
+func (lg *leaderGate) refusedByLog(err error) error {
+	if _, ok := ReasonOf(err); ok {
+		lg.refused(err)
+	}
+	return err
 }
 
 // contested refuses a Claim by a node whose identity a proven copy still
@@ -173,7 +194,7 @@ func (lg *leaderGate) raftApply(ctx context.Context, c core.Command) (core.Resul
 func (lg *leaderGate) leaderRemove(ctx context.Context, id string) (int, error) {
 	n := lg.n
 	if id == n.id {
-		return -1, ErrRemoveSelf
+		return -1, lg.refused(ErrRemoveSelf)
 	}
 	cf := n.rs.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
@@ -188,16 +209,16 @@ func (lg *leaderGate) leaderRemove(ctx context.Context, id string) (int, error) 
 	var inState bool
 	n.fsm.view(func(s *core.State) { _, inState = s.Nodes[id]; inState = inState || s.SlotOf(id) >= 0 })
 	if !inRaft && !inState {
-		return -1, fmt.Errorf("%w: %s is not in the cluster", ErrUnknownNode, id)
+		return -1, lg.refused(fmt.Errorf("%w: %s is not in the cluster", ErrUnknownNode, id))
 	}
 	if voter && !lg.quorumSurvives(cf.Configuration(), id) {
-		return -1, fmt.Errorf("%w: removing %s would leave fewer live voters than a quorum", ErrQuorum, id)
+		return -1, lg.refused(fmt.Errorf("%w: removing %s would leave fewer live voters than a quorum", ErrQuorum, id))
 	}
 	slot := -1
 	if inState {
 		r, _, err := lg.raftApply(ctx, core.Command{Type: core.CmdRemove, NodeID: id})
 		if err != nil {
-			return -1, err
+			return -1, lg.refusedByLog(err)
 		}
 		slot = r.Slot
 	}

@@ -60,9 +60,11 @@ type Node struct {
 	log          logView
 	proposer     proposer
 	house        housekeeper
-	// doors counts what the Raft and gossip ports' bounds refused.
-	doors *door.Counts
-	wg    sync.WaitGroup
+	// doors counts what the Raft and gossip ports' bounds refused, and
+	// events the node's refusals, hand-offs, revocations and fences.
+	doors  *door.Counts
+	events events
+	wg     sync.WaitGroup
 
 	// peerLog logs refused peers' commands and answers, and notReady the
 	// changes of this node's not-ready reason, each at a bounded rate.
@@ -108,6 +110,7 @@ func Open(cfg Config) (*Node, error) {
 	n.versions.n, n.log.n, n.proposer.n, n.house.n = n, n, n, n
 	n.gate.n, n.clusterClock.n, n.twins.n = n, n, n
 	n.gate.handoff = make(chan struct{}, 1)
+	n.events.out = cfg.Events
 	n.fsm.afterApply = n.agent.stopIfEnded
 	n.members.foreign.init()
 	if reason, err := stoppedBefore(cfg.DataDir); err != nil {
@@ -200,6 +203,7 @@ func (n *Node) Close() error {
 		close(n.shutdownCh)
 		if g := n.agent.gen.Load(); g != nil {
 			g.Revoke(ErrShutdown)
+			n.events.count(eventRevocation, reasonName(ErrShutdown))
 		}
 		n.wg.Wait()
 		n.log.saveApplied()
@@ -467,6 +471,7 @@ func (n *Node) Leave(ctx context.Context) error {
 	}
 	if g := n.agent.gen.Swap(nil); g != nil {
 		g.Revoke(errors.New("node is leaving"))
+		n.events.count(eventRevocation, revokedLeaving)
 		// A tenure that is no longer current needs no release: the slot
 		// moved on without it.
 		c := core.Command{Type: core.CmdRelease, NodeID: n.id, Tenure: n.agent.tenure.Load()}
@@ -481,6 +486,7 @@ func (n *Node) Leave(ctx context.Context) error {
 				n.leaving.Store(false)
 				return fmt.Errorf("hand off leadership: %w", err)
 			}
+			n.events.count(eventHandoff, handoffLeaving)
 		}
 		// The new leader removes this node; a removed node cannot learn of its
 		// own removal from the log, so it waits for the leader's answer.

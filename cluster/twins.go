@@ -158,7 +158,7 @@ func (cw *copyWatch) checkCopies() {
 		// leader), and claims again once the copy has stopped and its
 		// windows are fenced (contested, apply.go).
 		if g := n.agent.gen.Load(); p.id == n.id && g != nil && p.slot == g.Slot() && g.Floor() < max(p.granted, p.windows[p.slot]) {
-			n.agent.revoke(g, fmt.Errorf("%w: a copy of this node's data dir at %s issued slot %d inside this tenure", ErrNotReady, p.addr, p.slot))
+			n.agent.revoke(g, fmt.Errorf("%w: a copy of this node's data dir at %s issued slot %d inside this tenure", ErrNotReady, p.addr, p.slot), revokedCopy)
 		}
 		if now.Sub(p.at) > foreignConflictTTL || !p.serving {
 			continue
