@@ -5,7 +5,8 @@ import (
 	"fmt"
 )
 
-// Errors returned by the cluster layer. The rpc layer maps them to gRPC codes.
+// Errors returned by the cluster layer. reasons.go names each one's reason
+// string and kind, by which the rpc layer maps them to gRPC codes.
 var (
 	// ErrNotReady: the node holds no slot or cannot issue right now.
 	ErrNotReady = errors.New("node not ready")

@@ -134,6 +134,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	events, err := newClusterEvents(reg)
+	if err != nil {
+		return err
+	}
 	forwarder := rpc.NewPeerForwarder(sec.peerDial...)
 	defer forwarder.Close()
 	// The leader adds, promotes and removes members only on what they answer
@@ -165,6 +169,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		GossipLabel:          gossipLabel(cfg.ClusterName),
 		Forwarder:            forwarder,
 		Prober:               prober,
+		Events:               events,
 		Logger:               log,
 		Version:              buildinfo.Read().Version,
 		Revision:             buildinfo.Read().Revision,

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/idgen/idgen/cluster"
 	"github.com/idgen/idgen/rpc/buildinfo"
 )
 
@@ -58,6 +59,32 @@ func newRegistry(maxSkew, maxAhead time.Duration) (*prometheus.Registry, error) 
 	}
 	return reg, nil
 }
+
+// clusterEvents is idgen_cluster_events_total: the node's refusals,
+// hand-offs, revocations and fences, by event and reason, as the node
+// counts them (cluster.Config.Events). Every series the node can name in
+// advance exists at 0 from the start, so a rate sees the first one.
+type clusterEvents struct{ total *prometheus.CounterVec }
+
+var _ cluster.EventCounter = clusterEvents{}
+
+func newClusterEvents(reg prometheus.Registerer) (clusterEvents, error) {
+	e := clusterEvents{prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idgen_cluster_events_total",
+		Help: "What the node's cluster layer did, by event and reason: refusal (this leader refused a claim, reserve, release or " +
+			"removal, by the error's reason), handoff (this leader handed leadership on, by cause), revocation (this node's " +
+			"generator stopped, by cause), fence (this leader closed off a window of another cluster or of a copy of a data dir).",
+	}, []string{"event", "reason"})}
+	for _, s := range cluster.EventSeries() {
+		e.total.WithLabelValues(s[0], s[1])
+	}
+	if err := reg.Register(e.total); err != nil {
+		return clusterEvents{}, fmt.Errorf("register metrics: %w", err)
+	}
+	return e, nil
+}
+
+func (e clusterEvents) Count(event, reason string) { e.total.WithLabelValues(event, reason).Inc() }
 
 // routeLibraryMetrics points go-metrics, through which Raft, memberlist and
 // raft-boltdb report (commit and apply times, leader contact, probe times,

@@ -36,6 +36,7 @@ func TestMetricsAndLogs(t *testing.T) {
 		`grpc_server_handled_total{grpc_code="OK",grpc_method="GetIDBatch",grpc_service="idgen.v1.IDService",grpc_type="unary"}`,
 		"grpc_server_handling_seconds_bucket", `idgen_build_info{go_version="go`, "idgen_cluster_conflict 0",
 		"idgen_clock_skew_limit_seconds 5", "idgen_cluster_slots_free 6", "idgen_clock_skew_seconds",
+		`idgen_cluster_events_total{event="fence",reason="COPY"} 0`,
 	}
 	var missing []string
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
@@ -53,6 +54,22 @@ func TestMetricsAndLogs(t *testing.T) {
 			t.Fatalf("after 20s /metrics still lacks %q", missing)
 		}
 	}
+	// The other node forwards a removal of the leader to the leader, which
+	// refuses it (a node cannot remove itself) and counts the refusal.
+	const refusedSelf = `idgen_cluster_events_total{event="refusal",reason="REMOVE_SELF"} `
+	harness.WaitFor(t, 20*time.Second, "the leader to count the removal of itself it refused", func() bool {
+		for i, nd := range nodes {
+			if page := nd.metricsText(); strings.Contains(page, `idgen_raft_state{state="leader"} 1`) {
+				if _, _, code := idctl(t, "--target", nodes[1-i].grpc, "remove", nd.name); code == 0 {
+					t.Fatalf("%s removed the leader %s", nodes[1-i].name, nd.name)
+				}
+				page = nd.metricsText()
+				return strings.Contains(page, refusedSelf) && !strings.Contains(page, refusedSelf+"0\n")
+			}
+		}
+		return false
+	})
+
 	if strings.Contains(nodes[0].metricsText(), "idgen_rpc_duration_seconds") {
 		t.Error("the hand-made idgen_rpc_duration_seconds is still exported")
 	}
