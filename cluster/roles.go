@@ -10,18 +10,23 @@ import (
 )
 
 // The node's roles. Node builds them, starts them and answers the public
-// API; each role is a type with the methods of its concern, and reaches the
-// node's shared parts (its configuration, Raft, the replica, gossip, the
-// logger) through n. Who calls whom (no role calls back into one that calls
-// it):
+// API; each role is a type with the methods of its concern and owns its
+// fields, and reaches the node's shared parts (its configuration, Raft, the
+// replica, gossip, the logger, the event counts) through n. The decisions
+// they carry out are cluster/core's. Who calls whom, one way
+// (TestNoFileCallsBackIntoItsCaller holds the files to it):
 //
-//	Node (public API) -> agent, lead, recon, members, ident, versions, log, proposer, house
-//	house    -> ident, members, recon, versions, log
-//	agent    -> proposer, log, ident
-//	lead     -> recon, members, versions, ident, log
-//	recon    -> members, ident, log
-//	proposer -> lead (when this node leads), members, ident, versions
-//	ident, members, versions, log -> the shared parts only
+//	Node         -> every role
+//	house        -> recon, twins, agent, ident, members, versions, log
+//	lead         -> recon, gate, clusterClock, members, versions
+//	recon        -> twins, gate, clusterClock, ident, members, versions, log
+//	twins        -> agent, ident, members
+//	agent        -> proposer, ident, members, versions, log
+//	proposer     -> gate, ident, members, versions
+//	gate         -> clusterClock, ident, members, versions
+//	clusterClock -> ident, members, versions, log
+//	ident        -> members, log
+//	members, versions, log -> the shared parts only
 
 // leader is the leader loop: establish, reconcile's turns, the hand-offs
 // when this leader's clock or protocol is off.
