@@ -159,7 +159,7 @@ func (g *Generator) NextBatch(ctx context.Context, n int) ([]int64, error) {
 	if err := checkBatch(n); err != nil {
 		return nil, err
 	}
-	start, err := g.reserve(ctx, uint64(n))
+	start, err := g.takePositions(ctx, uint64(n))
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +177,7 @@ func (g *Generator) Fill(ctx context.Context, dst []int64) error {
 	if err := checkBatch(len(dst)); err != nil {
 		return err
 	}
-	start, err := g.reserve(ctx, uint64(len(dst)))
+	start, err := g.takePositions(ctx, uint64(len(dst)))
 	if err != nil {
 		return err
 	}
@@ -192,9 +192,9 @@ func checkBatch(n int) error {
 	return nil
 }
 
-// reserve claims n consecutive positions and returns the first. Stamping the
+// takePositions claims n consecutive positions and returns the first. Stamping the
 // IDs happens outside the lock: the range is ours once pos has moved past it.
-func (g *Generator) reserve(ctx context.Context, n uint64) (uint64, error) {
+func (g *Generator) takePositions(ctx context.Context, n uint64) (uint64, error) {
 	now := g.units(g.clock.Now())
 	g.mu.Lock()
 	for {
