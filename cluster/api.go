@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/idgen/idgen/cluster/core"
-	"github.com/idgen/idgen/generator"
 )
 
 // The errors of the cluster layer, defined by its core (cluster/core) and
@@ -66,73 +65,6 @@ type MemberInfo struct {
 	Version   string
 	Revision  string
 	Protocols ProtocolRange
-}
-
-// Status is this node's view of itself.
-type Status struct {
-	ID           string
-	Name         string
-	Slot         int // -1 when the node holds no slot
-	Ready        bool
-	Reason       string
-	RaftState    string
-	LeaderID     string
-	LeaderAddr   string
-	Granted      int64
-	Cursor       int64
-	Floor        int64
-	IDsIssued    uint64
-	Layout       generator.Layout
-	AppliedIndex uint64
-	LastIndex    uint64
-	// ClusterID is the cluster this node belongs to ("" until known).
-	ClusterID string
-	// ConflictingClusters lists other clusters' IDs met through gossip.
-	ConflictingClusters []string
-	// LastWindowSlot and LastWindowGranted are the last window this node's
-	// generator held (slot -1 if none), kept after it stops: a leader of
-	// another cluster that meets this one fences it (foreign.go).
-	LastWindowSlot    int
-	LastWindowGranted int64
-	// RaftAddr is the Raft address the node advertises.
-	RaftAddr string
-	// Leaving is set once the node has begun a graceful leave.
-	Leaving bool
-	// Protocols is the range of protocol versions the node speaks, and
-	// ClusterProtocol the version its cluster runs as it sees it
-	// (protocol.go). A Status from a release before version 2 has neither.
-	Protocols       ProtocolRange
-	ClusterProtocol int
-	// Clock is the node's clock when it answered (Unix ns; 0 from a release
-	// before protocol 2): the leader counts it in the cluster's time.
-	Clock int64
-	// ConfiguredLayout is the layout the node was started with (zero: it
-	// takes its cluster's) and Datacenter its preferred datacenter (-1: any;
-	// nil from a release before protocol 2). A leader adds or promotes only
-	// a member that can claim under the cluster's layout (canTakePart).
-	ConfiguredLayout generator.Layout
-	Datacenter       *int
-	// GrantedWindows is, per slot, the end of the largest window the node's
-	// replica of its cluster's log granted there (slots no tenure held are
-	// left out; nil from a release before protocol 2). Another cluster that
-	// meets this one fences them all (foreign.go).
-	GrantedWindows map[int]int64
-	// Started is when the answering process started (Unix ns; 0 from older
-	// nodes): two processes with one node ID are copies (twins.go).
-	Started int64
-	// Stopped: the process stopped issuing for good (Conflict is set: it met
-	// an older cluster, or a copy of its data dir outranked it). nil from
-	// older nodes, which do not say.
-	Stopped *bool
-	// AppliedCommand and AppliedCommandHash: the last command entry the
-	// node's replica applied (logmatch.go; 0 when none since its start or
-	// last restore, and from older nodes).
-	AppliedCommand     uint64
-	AppliedCommandHash uint64
-	// Voters is how many voters the node's Raft configuration has (the rpc
-	// layer counts them from the node's Members answer). Of two copies of
-	// one data dir, the one in the larger Raft group keeps serving.
-	Voters int
 }
 
 // CopyTeller is what a Prober may also do: tell the node at grpcAddr that

@@ -75,19 +75,6 @@ func (cc *clusterClock) unreportedVoters() []string {
 	return out
 }
 
-// statusClock is the clock sample a voter's Status answer gives the leader
-// of cluster own: only an answer from the voter itself (st.ID == id), of
-// this cluster (before Init, when the leader knows none, of none: the
-// founding voters' clocks decide Init's start), with a clock (a release
-// before protocol 2 sends none). leaderNow is the leader's clock and at the
-// real time when it arrived.
-func statusClock(id, own string, st Status, leaderNow, at time.Time) (core.ClockSample, bool) {
-	if st.ID != id || st.ClusterID != own || st.Clock == 0 {
-		return core.ClockSample{}, false
-	}
-	return core.ClockSample{Reported: time.Unix(0, st.Clock), Leader: leaderNow, At: at}, true
-}
-
 // pollClocks runs while this node leads: every clockPollEvery it asks each
 // voter it has not heard from within that time for its Status over the
 // authenticated transport and records the clock it answers with. It runs

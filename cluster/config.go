@@ -126,8 +126,6 @@ const (
 	DefaultReapAfter         = 2 * time.Minute
 	DefaultReconcileInterval = 5 * time.Second
 	DefaultJoinRetryInterval = 5 * time.Second
-	// maxVoters: members beyond this many stay non-voters.
-	maxVoters = 5
 )
 
 // EffectiveMaxAhead is the max-ahead a node opened with c runs with:

@@ -1,9 +1,6 @@
 package cluster
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -57,37 +54,17 @@ func (f *fsm) Apply(l *raft.Log) interface{} {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
-	if len(l.Data) > 0 && !core.CommandType(l.Data[0]).Known() {
-		// Consul and Nomad stop here too: a replica that skipped an entry it
-		// does not understand would silently diverge from the others.
-		panic(fmt.Sprintf("idgen fsm: unknown command type %d at index %d: upgrade this node", l.Data[0], l.Index))
-	}
-	c, _, err := core.DecodeEntry(l.Data, core.OwnProtocols)
-	if errors.Is(err, core.ErrEntryVersion) {
-		// As with an unknown type: a replica that applied an entry by rules
-		// older than the ones it was written under could diverge.
-		panic(fmt.Sprintf("idgen fsm: %v, at index %d: upgrade this node", err, l.Index))
-	}
-	res := f.applyLocked(l.Index, c, err)
+	res := func() interface{} {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.state.ApplyEntry(l.Index, l.Data)
+	}()
 	f.lastCommand.Store(&appliedEntry{index: l.Index, hash: entryHash(l)})
 	f.notify()
 	if f.afterApply != nil {
 		f.afterApply()
 	}
 	return res
-}
-
-// applyLocked applies entry index, decoded as c (or refused with decodeErr).
-func (f *fsm) applyLocked(index uint64, c core.Command, decodeErr error) interface{} {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.state.Index = index
-	if decodeErr != nil {
-		// Every replica holds the same bytes and refuses them the same way,
-		// so an error result is as deterministic as applying the entry.
-		return fmt.Errorf("%w: log entry %d: %v", ErrBadCommand, index, decodeErr)
-	}
-	return f.state.Apply(c, index)
 }
 
 // Snapshot implements raft.FSM.
@@ -101,15 +78,9 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	f.lastCommand.Store(nil)
-	s := core.NewState()
-	if err := json.NewDecoder(rc).Decode(s); err != nil {
-		return fmt.Errorf("restore snapshot: %w", err)
-	}
-	if s.Nodes == nil {
-		s.Nodes = map[string]NodeInfo{}
-	}
-	if err := s.Check(); err != nil {
-		return fmt.Errorf("restore snapshot: %w", err)
+	s, err := core.DecodeSnapshot(rc)
+	if err != nil {
+		return err
 	}
 	f.mu.Lock()
 	f.state = s
@@ -124,9 +95,9 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 type fsmSnapshot struct{ state *core.State }
 
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	if err := json.NewEncoder(sink).Encode(s.state); err != nil {
+	if err := core.EncodeSnapshot(sink, s.state); err != nil {
 		_ = sink.Cancel()
-		return fmt.Errorf("persist snapshot: %w", err)
+		return err
 	}
 	return sink.Close()
 }

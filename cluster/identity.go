@@ -16,25 +16,6 @@ import (
 // from the first moment.
 const clusterFile = "cluster.json"
 
-// identity is a cluster's identity: a random ID and the founding voters'
-// time when the cluster was made (Init's Created).
-type identity struct {
-	ID      string `json:"id"`
-	Created int64  `json:"created"` // Unix ns
-}
-
-// olderThan orders clusters by age; the ID breaks ties.
-func (i identity) olderThan(o identity) bool {
-	if i.Created != o.Created {
-		return i.Created < o.Created
-	}
-	return i.ID < o.ID
-}
-
-func (i identity) String() string {
-	return fmt.Sprintf("%s (bootstrapped %s)", i.ID, time.Unix(0, i.Created).UTC().Format(time.RFC3339))
-}
-
 func readIdentity(dir string) (*identity, error) {
 	b, err := os.ReadFile(filepath.Join(dir, clusterFile))
 	if os.IsNotExist(err) {
@@ -83,47 +64,6 @@ func (iw *identityWatch) trackIdentity() {
 	iw.identity.Store(&fromState)
 	n.gossip.updateMeta(func(m *meta) { m.ClusterID, m.Created = fromState.ID, fromState.Created })
 	n.logger.Info("cluster identity", "cluster", fromState.String())
-}
-
-// clusterAge is what decides which of two clusters that meet keeps serving.
-type clusterAge struct {
-	identity
-	history uint64 // coarse applied log index (coarseIndex)
-	// serving: the cluster can issue now (it has a leader).
-	serving bool
-}
-
-// historyMargin: below this many entries of difference (on top of a factor of
-// two) two clusters' histories count as a tie.
-const historyMargin = 16
-
-// outranks reports whether a keeps serving when it meets b. Only a cluster
-// that can issue stops another: one that cannot (no leader known for
-// leaderGrace) stops nobody, so a survivor of a cluster that lost its
-// quorum for good never stops the cluster built to replace it, and two that
-// both lack a leader for a moment (a restart, an election) stop neither for
-// good; once one serves again it decides. A cluster that serves outranks
-// one that does not. Between two that serve, the cluster with clearly more
-// committed history wins (at least twice b's, plus a margin); only when the
-// two are close does the creation time decide, then the ID. Creation times
-// are the bootstrapping nodes' clocks: a wiped seed whose clock is behind
-// would otherwise stop the cluster that has been serving.
-func (a clusterAge) outranks(b clusterAge) bool {
-	switch {
-	case !b.serving:
-		return true
-	case !a.serving:
-		return false
-	case a.history >= 2*b.history+historyMargin:
-		return true
-	case b.history >= 2*a.history+historyMargin:
-		return false
-	}
-	return a.identity.olderThan(b.identity)
-}
-
-func (a clusterAge) String() string {
-	return fmt.Sprintf("%s with about %d log entries", a.identity, a.history)
 }
 
 // history is this node's applied log index, coarse.
@@ -188,22 +128,6 @@ func (iw *identityWatch) checkConflict() {
 	}
 }
 
-// conflictAdvice is the reason a node of cluster mine gives when it stops
-// because it met node name (at addr) of cluster other, which outranks it:
-// what happened and what the operator should do, for each way of losing.
-func conflictAdvice(mine, other clusterAge, name, addr string) string {
-	met := fmt.Sprintf("this node belongs to cluster %s, but gossip reached node %s (%s) of cluster %s", mine, name, addr, other)
-	if !mine.serving && other.serving {
-		return met + ", which serves while this node's cluster has no raft leader (it lost its quorum, or this node is " +
-			"cut off from it). Two clusters would issue the same slots, so this node stopped issuing. If the rest of this " +
-			"node's cluster is gone for good, stop this node, wipe its data dir and start it again with --join to the " +
-			"serving cluster's nodes; if the rest comes back, restart this node once its cluster has a leader again"
-	}
-	return met + ", which has more history. Two clusters would issue the same slots, so this node stopped issuing. Its " +
-		"data dir was probably wiped, or it was bootstrapped apart: stop it, wipe its data dir and start it again with " +
-		"--join to the other cluster's nodes; or keep the two deployments on separate gossip networks"
-}
-
 // ownCluster is the cluster ID this node belongs to, "" while it is unknown.
 // The replicated state is read too, so a new leader knows its cluster from
 // the moment its Init entry is applied.
@@ -215,21 +139,6 @@ func (iw *identityWatch) ownCluster() string {
 	var own string
 	n.fsm.view(func(s *core.State) { own = s.ClusterID })
 	return own
-}
-
-// addable reports whether the leader of cluster own may add a gossip member
-// to Raft: a member of this cluster, or a fresh node that belongs to no
-// cluster yet. A member of another cluster, or one that has state but does
-// not (yet) say which cluster it is in, is never added: its log would mix
-// two clusters' slots. (A pure decision: reconcile and the simulator call it.)
-func addable(m gossipMember, own string) bool {
-	if !m.Parsed {
-		return false
-	}
-	if m.Meta.ClusterID == "" {
-		return !m.Meta.Member
-	}
-	return m.Meta.ClusterID == own
 }
 
 // conflictErr is Node.Conflict's answer (see there).

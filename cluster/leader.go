@@ -6,54 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
 
 	"github.com/idgen/idgen/cluster/core"
-	"github.com/idgen/idgen/generator"
 )
-
-// leaderState is what the leader loop remembers between sweeps.
-type leaderState struct {
-	// absentSince: Raft servers that gossip does not show as alive, and since when.
-	absentSince map[string]time.Time
-	// nonvoterSince: when a server was first seen as a non-voter, to promote
-	// only members that have been stable for a sweep.
-	nonvoterSince map[string]time.Time
-	// unprovenSince: non-voters gossip shows alive that have not proved
-	// themselves over the authenticated transport (probe.go), since when;
-	// one that never does is removed after ReapAfter.
-	unprovenSince map[string]time.Time
-	// provenAddr: the gRPC address each member last answered at as itself.
-	provenAddr map[string]string
-	// backoff: members not in Raft whose probe failed, and when to ask again;
-	// wake is the earliest of those times (zero for none).
-	backoff map[string]probeBackoff
-	wake    time.Time
-	// refused: the last reason logged for not acting on a member.
-	refused map[string]string
-	// unanswered: servers and slot holders gossip shows away whose probes
-	// have failed since they last answered (sweepActions).
-	unanswered map[string]unansweredRun
-}
-
-// unansweredRun is a run of failed probes of one member: since the first,
-// and how many.
-type unansweredRun struct {
-	since  time.Time
-	probes int
-}
-
-func newLeaderState() leaderState {
-	return leaderState{
-		absentSince: map[string]time.Time{}, nonvoterSince: map[string]time.Time{}, unprovenSince: map[string]time.Time{},
-		provenAddr: map[string]string{}, backoff: map[string]probeBackoff{}, refused: map[string]string{},
-		unanswered: map[string]unansweredRun{},
-	}
-}
 
 // monitorLeadership starts and stops the leader loop as leadership changes.
 // It watches NotifyCh, which unlike LeaderCh does not drop changes.
@@ -172,16 +131,6 @@ func (ld *leader) leaderLoop(stop chan struct{}) {
 	}
 }
 
-// Why establish wrote no Init yet.
-var (
-	// errAwaitingClocks: fewer than a quorum of the founding voters' clocks
-	// are known; the leader's clock polls bring them within seconds.
-	errAwaitingClocks = errors.New("waiting for a quorum of the founding voters' clocks")
-	// errFounderClock: this leader's clock is off the cluster's time, or
-	// outside the layout's range: another voter founds the cluster.
-	errFounderClock = errors.New("this leader's clock cannot found the cluster")
-)
-
 // establish writes the Init entry of a new cluster (initCommand, decide.go)
 // unless the state holds one: a fresh random identity, and every slot's
 // highWater at the cluster's time plus max-ahead. Every input to a grant
@@ -212,26 +161,6 @@ func (ld *leader) establish() error {
 	}
 	_, _, err := ld.n.gate.raftApply(context.Background(), core.InitCommand(n.cfg.bootstrapLayout(), hex.EncodeToString(b[:]), ct, n.cfg.MaxAhead))
 	return err
-}
-
-// founderCheck is establish's decision on the founding leader's clock now
-// and the cluster's time ct (known: a quorum of the founding voters'
-// clocks stands behind it): wait for a quorum, hand off when now is off ct
-// by more than maxSkew or outside layout l, refuse when ct itself is.
-func founderCheck(l generator.Layout, now, ct time.Time, known bool, maxSkew time.Duration) error {
-	inRange := func(t time.Time) bool { u := l.Units(t); return u >= 0 && u <= l.MaxTimestamp() }
-	switch off := now.Sub(ct); {
-	case !known:
-		return errAwaitingClocks
-	case off > maxSkew || off < -maxSkew:
-		return fmt.Errorf("%w: it is %v off the founding voters' time (max skew %v)", errFounderClock, off.Round(time.Millisecond), maxSkew)
-	case !inRange(ct):
-		return fmt.Errorf("the founding voters' time %s is outside layout %s (its epoch %s): fix their time source; no cluster can be founded before",
-			ct.UTC().Format(time.RFC3339), l, l.Time(0).UTC().Format(time.RFC3339))
-	case !inRange(now):
-		return fmt.Errorf("%w: it reads %s, outside layout %s", errFounderClock, now.UTC().Format(time.RFC3339), l)
-	}
-	return nil
 }
 
 // handOffToClusterTime hands leadership to the voter whose clock is closest
@@ -287,7 +216,7 @@ func (rc *reconciler) reconcile() {
 	v := &memberView{
 		Self: n.id, SelfRaftAddr: n.cfg.RaftAdvertise, SelfSpeaksAs: string(n.rs.transport.LocalAddr()), Own: n.ident.ownCluster(),
 		LogHolds: n.log.logHolds,
-		Servers:  cf.Configuration().Servers, Members: n.gossip.snapshot(), Addable: map[string]bool{},
+		Servers:  sweepServers(cf.Configuration()), Members: n.gossip.snapshot(), Addable: map[string]bool{},
 		StateAddr: map[string]string{}, LeaderApplied: n.rs.raft.AppliedIndex(),
 		Now: time.Now(), ReapAfter: n.cfg.ReapAfter, RaftAnswered: n.rs.transport.answeredAt,
 	}
@@ -550,68 +479,11 @@ func (rc *reconciler) fenceForeign() {
 	}
 }
 
-// fenceCommands is fenceForeign's decision on one proven foreign window f
-// over this leader's state s (only read): the entries that close it off.
-// A current tenure whose floor lies below the window's end is ended (a
-// Release in its holder's name) when the slot's highWater already reaches
-// past it; a highWater below it is raised (a Fence, which ends a held
-// tenure itself). A window outside the layout, or already below every
-// current tenure and highWater, needs nothing. A pure function: the node
-// carries its entries out in order.
-func fenceCommands(s *core.State, f foreignFence, own string) []core.Command {
-	if s.Layout == nil || f.otherLayout || f.slot < 0 || f.slot >= len(s.Slots) || f.upTo < 0 || f.upTo > s.Layout.MaxTimestamp() {
-		return nil
+// sweepServers is Raft's configuration as a sweep reads it.
+func sweepServers(cf raft.Configuration) []server {
+	out := make([]server, 0, len(cf.Servers))
+	for _, s := range cf.Servers {
+		out = append(out, server{ID: string(s.ID), Address: string(s.Address), Voter: s.Suffrage == raft.Voter})
 	}
-	sl := s.Slots[f.slot]
-	if sl.HighWater < f.upTo {
-		return []core.Command{{Type: core.CmdFence, Slot: f.slot, UpTo: f.upTo, Foreign: f.foreign, ClusterID: own}}
-	}
-	if t := s.FindTenure(f.slot, sl.Tenure); sl.Owner != "" && t != nil && t.Floor < f.upTo {
-		return []core.Command{{Type: core.CmdRelease, NodeID: sl.Owner, Tenure: sl.Tenure, ClusterID: own}}
-	}
-	return nil
-}
-
-// foreignFence is the largest window proven on one slot by another
-// cluster's members, in this cluster's layout units.
-type foreignFence struct {
-	slot    int
-	upTo    int64
-	foreign string
-	// otherLayout: the proof is of another layout than own (layout): not
-	// comparable, nothing is fenced.
-	otherLayout bool
-	layout      generator.Layout
-}
-
-// foreignFences picks, per slot, the largest window the proofs show, sorted
-// by slot; a proof that names another layout than own becomes an
-// otherLayout entry (a proof that names none, from a node that knows no
-// layout yet, is taken as own's).
-func foreignFences(proofs []foreignProof, own generator.Layout) []foreignFence {
-	want := map[int]foreignFence{}
-	var other []foreignFence
-	for _, p := range proofs {
-		if p.layout != (generator.Layout{}) && p.layout != own {
-			if p.slot >= 0 || len(p.windows) > 0 {
-				other = append(other, foreignFence{slot: p.slot, foreign: p.cluster, otherLayout: true, layout: p.layout})
-			}
-			continue
-		}
-		add := func(slot int, upTo int64) {
-			if f, ok := want[slot]; slot >= 0 && (!ok || upTo > f.upTo) {
-				want[slot] = foreignFence{slot: slot, upTo: upTo, foreign: p.cluster}
-			}
-		}
-		add(p.slot, p.granted)
-		for slot, g := range p.windows {
-			add(slot, g)
-		}
-	}
-	out := make([]foreignFence, 0, len(want)+len(other))
-	for _, f := range want {
-		out = append(out, f)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].slot < out[j].slot })
-	return append(out, other...)
+	return out
 }

@@ -93,11 +93,6 @@ func (ms *membership) inRaftConfig(id string) bool {
 	return false
 }
 
-// leaderGrace is how long a node still counts a leader as known after losing
-// sight of it: an election takes about a second, and the granted window, not
-// the leader, bounds what the node may issue meanwhile.
-const leaderGrace = 3 * time.Second
-
 // leaderKnown reports whether a Raft leader is known now or was within leaderGrace.
 func (ms *membership) leaderKnown() bool {
 	n := ms.n

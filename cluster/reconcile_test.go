@@ -25,7 +25,7 @@ func sweepMember(id string) gossipMember {
 }
 
 func sweepView(now time.Time, servers []raft.Server, members ...gossipMember) *memberView {
-	v := &memberView{Self: "a", SelfRaftAddr: "ra", Own: "own", Servers: servers, Members: map[string]gossipMember{},
+	v := &memberView{Self: "a", SelfRaftAddr: "ra", Own: "own", Servers: sweepServers(raft.Configuration{Servers: servers}), Members: map[string]gossipMember{},
 		Addable: map[string]bool{}, StateAddr: map[string]string{}, LeaderApplied: 100, Now: now, ReapAfter: sweepReapAfter}
 	for _, m := range append([]gossipMember{sweepMember("a")}, members...) {
 		v.Members[m.ID] = m

@@ -199,7 +199,7 @@ func (ld *simLeaders) sweep(c *simCluster) {
 		return
 	}
 	v := &memberView{Self: l.id, SelfRaftAddr: raftAddr(l.addr), Own: l.ownCluster(),
-		Servers: append([]raft.Server(nil), c.servers...), Members: ld.w.net.gossipView(), Addable: map[string]bool{},
+		Servers: sweepServers(raft.Configuration{Servers: c.servers}), Members: ld.w.net.gossipView(), Addable: map[string]bool{},
 		StateAddr: map[string]string{}, LeaderApplied: uint64(l.applied), Now: ld.w.base.Add(ld.w.now), ReapAfter: simReapAfter}
 	if l.replica.state.Layout != nil {
 		v.Layout = l.replica.state.Layout

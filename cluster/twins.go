@@ -30,9 +30,6 @@ const (
 	// maxTwinSightings bounds what forged sightings and hints can make a
 	// node keep.
 	maxTwinSightings = 16
-	// copyRecheck: a proven copy that still serves is asked again this
-	// often, so that the fence of its windows follows it until it stops.
-	copyRecheck = time.Second
 	// copyRankGrace: a process whose group knew a Raft leader this recently
 	// counts as serving when it ranks itself against a copy.
 	copyRankGrace = 15 * time.Second

@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sort"
 	"time"
-
-	"github.com/hashicorp/raft"
 
 	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/generator"
@@ -32,7 +31,7 @@ type memberView struct {
 	// reports as its last applied command (logmatch.go); nil: not checked.
 	LogHolds func(index, hash uint64) error
 	// Servers is Raft's configuration.
-	Servers []raft.Server
+	Servers []server
 	// Members is gossip's view, by node ID; Addable says of each whether
 	// it may be added (addable: of this cluster, or fresh).
 	Members map[string]gossipMember
@@ -162,7 +161,7 @@ func (ls *leaderState) sweepProbes(v *memberView) (probes map[probeKey]bool, gon
 		}
 	}
 	for _, s := range v.Servers {
-		if id := string(s.ID); id != v.Self {
+		if id := s.ID; id != v.Self {
 			absent(id)
 		}
 	}
@@ -183,17 +182,17 @@ func (ls *leaderState) sweepProbes(v *memberView) (probes map[probeKey]bool, gon
 		s, ok := inRaft[id]
 		switch {
 		case !ok && ls.backedOff(id, joinKey(m), v.Now):
-		case !ok, string(s.Address) != m.Meta.RaftAddr, s.Suffrage != raft.Voter:
+		case !ok, s.Address != m.Meta.RaftAddr, !s.Voter:
 			ask(id)
 		}
 	}
 	return probes, gone
 }
 
-func serversByID(servers []raft.Server) map[string]raft.Server {
-	out := make(map[string]raft.Server, len(servers))
+func serversByID(servers []server) map[string]server {
+	out := make(map[string]server, len(servers))
 	for _, s := range servers {
-		out[string(s.ID)] = s
+		out[s.ID] = s
 	}
 	return out
 }
@@ -220,15 +219,15 @@ func (ls *leaderState) sweepActions(v *memberView, gone map[string]bool, answers
 	inRaft := serversByID(v.Servers)
 	voters := 0
 	for _, s := range v.Servers {
-		if s.Suffrage == raft.Voter {
+		if s.Voter {
 			voters++
 		}
 	}
 
 	// A leader that restarted on a new address still has its old one in the
 	// configuration; other servers would dial that after it steps down.
-	if s, ok := inRaft[v.Self]; ok && string(s.Address) != v.SelfRaftAddr {
-		out = append(out, memberAction{Kind: actOwnAddr, ID: v.Self, Addr: v.SelfRaftAddr, Voter: s.Suffrage == raft.Voter, Why: string(s.Address)})
+	if s, ok := inRaft[v.Self]; ok && s.Address != v.SelfRaftAddr {
+		out = append(out, memberAction{Kind: actOwnAddr, ID: v.Self, Addr: v.SelfRaftAddr, Voter: s.Voter, Why: s.Address})
 	}
 
 	// Gone servers first, in configuration order, then slot holders. What
@@ -296,7 +295,7 @@ func (ls *leaderState) sweepActions(v *memberView, gone map[string]bool, answers
 		}
 	}
 	for _, s := range v.Servers {
-		if id := string(s.ID); id != v.Self {
+		if id := s.ID; id != v.Self {
 			reapGone(id, "gone from gossip")
 		}
 	}
@@ -319,7 +318,7 @@ func (ls *leaderState) sweepActions(v *memberView, gone map[string]bool, answers
 		switch {
 		case !ok:
 			out = ls.join(v, out, id, m, answer)
-		case string(s.Address) != m.Meta.RaftAddr:
+		case s.Address != m.Meta.RaftAddr:
 			// The node restarted on a new address with its old state: adding
 			// it again under the same ID updates the address, once the node
 			// itself says that is its address.
@@ -336,8 +335,8 @@ func (ls *leaderState) sweepActions(v *memberView, gone map[string]bool, answers
 				out = append(out, memberAction{Kind: actRefuse, ID: id, Name: m.Meta.Name, Why: "not moving a server to the raft address gossip shows", Err: err})
 				continue
 			}
-			out = append(out, memberAction{Kind: actMoveAddr, ID: id, Addr: m.Meta.RaftAddr, Voter: s.Suffrage == raft.Voter, Why: string(s.Address)})
-		case s.Suffrage == raft.Voter:
+			out = append(out, memberAction{Kind: actMoveAddr, ID: id, Addr: m.Meta.RaftAddr, Voter: s.Voter, Why: s.Address})
+		case s.Voter:
 			delete(ls.nonvoterSince, id)
 			delete(ls.unprovenSince, id)
 		default:
@@ -413,14 +412,14 @@ func (ls *leaderState) join(v *memberView, out []memberAction, id string, m goss
 	delete(ls.backoff, id)
 	taken := false
 	for _, old := range v.Servers {
-		if string(old.Address) != m.Meta.RaftAddr || string(old.ID) == id || string(old.ID) == v.Self {
+		if old.Address != m.Meta.RaftAddr || old.ID == id || old.ID == v.Self {
 			continue
 		}
-		if v.alive(string(old.ID)) {
+		if v.alive(old.ID) {
 			taken = true
 			continue
 		}
-		out = append(out, memberAction{Kind: actReap, ID: string(old.ID), Why: "address taken over by " + id})
+		out = append(out, memberAction{Kind: actReap, ID: old.ID, Why: "address taken over by " + id})
 	}
 	if taken {
 		return append(out, memberAction{Kind: actWait, ID: id, Addr: m.Meta.RaftAddr,
@@ -433,11 +432,11 @@ func (ls *leaderState) join(v *memberView, out []memberAction, id string, m goss
 // member following this log for a sweep and voters < maxVoters; remove it
 // once it has not proved itself for ReapAfter. It reports whether it
 // promotes.
-func (ls *leaderState) promotion(v *memberView, out []memberAction, id string, m gossipMember, s raft.Server, voters int,
+func (ls *leaderState) promotion(v *memberView, out []memberAction, id string, m gossipMember, s server, voters int,
 	answer func(string) (Status, error)) ([]memberAction, bool) {
 	st, err := answer(id)
 	if err == nil {
-		err = promoteProof(st, string(s.Address), v.Own, v.LeaderApplied)
+		err = promoteProof(st, s.Address, v.Own, v.LeaderApplied)
 	}
 	if err == nil {
 		err = v.followsNoOther(st)
@@ -472,7 +471,7 @@ func (ls *leaderState) promotion(v *memberView, out []memberAction, id string, m
 		return out, false
 	}
 	if voters < maxVoters && v.Now.Sub(since) >= time.Second {
-		return append(out, memberAction{Kind: actPromote, ID: id, Addr: string(s.Address)}), true
+		return append(out, memberAction{Kind: actPromote, ID: id, Addr: s.Address}), true
 	}
 	return out, false
 }
@@ -495,3 +494,147 @@ func (ls *leaderState) added(id string, now time.Time) {
 func (ls *leaderState) moved(id string) { delete(ls.refused, id) }
 
 func (ls *leaderState) promoted(id string) { delete(ls.nonvoterSince, id) }
+
+// leaderState is what the leader loop remembers between sweeps.
+type leaderState struct {
+	// absentSince: Raft servers that gossip does not show as alive, and since when.
+	absentSince map[string]time.Time
+	// nonvoterSince: when a server was first seen as a non-voter, to promote
+	// only members that have been stable for a sweep.
+	nonvoterSince map[string]time.Time
+	// unprovenSince: non-voters gossip shows alive that have not proved
+	// themselves over the authenticated transport (probe.go), since when;
+	// one that never does is removed after ReapAfter.
+	unprovenSince map[string]time.Time
+	// provenAddr: the gRPC address each member last answered at as itself.
+	provenAddr map[string]string
+	// backoff: members not in Raft whose probe failed, and when to ask again;
+	// wake is the earliest of those times (zero for none).
+	backoff map[string]probeBackoff
+	wake    time.Time
+	// refused: the last reason logged for not acting on a member.
+	refused map[string]string
+	// unanswered: servers and slot holders gossip shows away whose probes
+	// have failed since they last answered (sweepActions).
+	unanswered map[string]unansweredRun
+}
+
+func newLeaderState() leaderState {
+	return leaderState{
+		absentSince: map[string]time.Time{}, nonvoterSince: map[string]time.Time{}, unprovenSince: map[string]time.Time{},
+		provenAddr: map[string]string{}, backoff: map[string]probeBackoff{}, refused: map[string]string{},
+		unanswered: map[string]unansweredRun{},
+	}
+}
+
+// founderCheck is establish's decision on the founding leader's clock now
+// and the cluster's time ct (known: a quorum of the founding voters'
+// clocks stands behind it): wait for a quorum, hand off when now is off ct
+// by more than maxSkew or outside layout l, refuse when ct itself is.
+func founderCheck(l generator.Layout, now, ct time.Time, known bool, maxSkew time.Duration) error {
+	inRange := func(t time.Time) bool { u := l.Units(t); return u >= 0 && u <= l.MaxTimestamp() }
+	switch off := now.Sub(ct); {
+	case !known:
+		return errAwaitingClocks
+	case off > maxSkew || off < -maxSkew:
+		return fmt.Errorf("%w: it is %v off the founding voters' time (max skew %v)", errFounderClock, off.Round(time.Millisecond), maxSkew)
+	case !inRange(ct):
+		return fmt.Errorf("the founding voters' time %s is outside layout %s (its epoch %s): fix their time source; no cluster can be founded before",
+			ct.UTC().Format(time.RFC3339), l, l.Time(0).UTC().Format(time.RFC3339))
+	case !inRange(now):
+		return fmt.Errorf("%w: it reads %s, outside layout %s", errFounderClock, now.UTC().Format(time.RFC3339), l)
+	}
+	return nil
+}
+
+// fenceCommands is fenceForeign's decision on one proven foreign window f
+// over this leader's state s (only read): the entries that close it off.
+// A current tenure whose floor lies below the window's end is ended (a
+// Release in its holder's name) when the slot's highWater already reaches
+// past it; a highWater below it is raised (a Fence, which ends a held
+// tenure itself). A window outside the layout, or already below every
+// current tenure and highWater, needs nothing. A pure function: the node
+// carries its entries out in order.
+func fenceCommands(s *core.State, f foreignFence, own string) []core.Command {
+	if s.Layout == nil || f.otherLayout || f.slot < 0 || f.slot >= len(s.Slots) || f.upTo < 0 || f.upTo > s.Layout.MaxTimestamp() {
+		return nil
+	}
+	sl := s.Slots[f.slot]
+	if sl.HighWater < f.upTo {
+		return []core.Command{{Type: core.CmdFence, Slot: f.slot, UpTo: f.upTo, Foreign: f.foreign, ClusterID: own}}
+	}
+	if t := s.FindTenure(f.slot, sl.Tenure); sl.Owner != "" && t != nil && t.Floor < f.upTo {
+		return []core.Command{{Type: core.CmdRelease, NodeID: sl.Owner, Tenure: sl.Tenure, ClusterID: own}}
+	}
+	return nil
+}
+
+// foreignFence is the largest window proven on one slot by another
+// cluster's members, in this cluster's layout units.
+type foreignFence struct {
+	slot    int
+	upTo    int64
+	foreign string
+	// otherLayout: the proof is of another layout than own (layout): not
+	// comparable, nothing is fenced.
+	otherLayout bool
+	layout      generator.Layout
+}
+
+// foreignFences picks, per slot, the largest window the proofs show, sorted
+// by slot; a proof that names another layout than own becomes an
+// otherLayout entry (a proof that names none, from a node that knows no
+// layout yet, is taken as own's).
+func foreignFences(proofs []foreignProof, own generator.Layout) []foreignFence {
+	want := map[int]foreignFence{}
+	var other []foreignFence
+	for _, p := range proofs {
+		if p.layout != (generator.Layout{}) && p.layout != own {
+			if p.slot >= 0 || len(p.windows) > 0 {
+				other = append(other, foreignFence{slot: p.slot, foreign: p.cluster, otherLayout: true, layout: p.layout})
+			}
+			continue
+		}
+		add := func(slot int, upTo int64) {
+			if f, ok := want[slot]; slot >= 0 && (!ok || upTo > f.upTo) {
+				want[slot] = foreignFence{slot: slot, upTo: upTo, foreign: p.cluster}
+			}
+		}
+		add(p.slot, p.granted)
+		for slot, g := range p.windows {
+			add(slot, g)
+		}
+	}
+	out := make([]foreignFence, 0, len(want)+len(other))
+	for _, f := range want {
+		out = append(out, f)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].slot < out[j].slot })
+	return append(out, other...)
+}
+
+// unansweredRun is a run of failed probes of one member: since the first,
+// and how many.
+type unansweredRun struct {
+	since  time.Time
+	probes int
+}
+
+// Why establish wrote no Init yet.
+var (
+	// errAwaitingClocks: fewer than a quorum of the founding voters' clocks
+	// are known; the leader's clock polls bring them within seconds.
+	errAwaitingClocks = errors.New("waiting for a quorum of the founding voters' clocks")
+	// errFounderClock: this leader's clock is off the cluster's time, or
+	// outside the layout's range: another voter founds the cluster.
+	errFounderClock = errors.New("this leader's clock cannot found the cluster")
+)
+
+// maxVoters: members beyond this many stay non-voters.
+const maxVoters = 5
+
+// server is a server of Raft's configuration, as a sweep reads it.
+type server struct {
+	ID, Address string
+	Voter       bool
+}
