@@ -78,7 +78,7 @@ func (sh *simAgents) agentStep(n *simNode, ev core.AgentEvent) core.AgentOut {
 func (sh *simAgents) agentInput(n *simNode) core.AgentIn {
 	in := core.AgentIn{Now: sh.w.base.Add(sh.w.now), Leaving: n.leaving != 0, NeverClaim: n.stranger() && sh.w.cfg.legacy, // (a node under another layout never claims)
 		Conflict: n.conflict, Running: n.gen != nil}
-	s := n.replica.state
+	s := n.replica
 	in.Own, in.Applied, in.Held = core.OwnTenure(s, n.id, n.rule.Tenure())
 	if g := n.gen; g != nil {
 		in.Slot, in.Granted, in.Head, in.Lead = g.Slot(), g.Granted(), g.Head(), core.UnitsCeil(simLead, simUnit)
@@ -99,7 +99,7 @@ func (sh *simAgents) carryOut(n *simNode, out core.AgentOut) bool {
 		if g == nil {
 			return true
 		}
-		sl := n.cl.truth.state.Slots[g.Slot()] // (not holds: the checker reads the log itself)
+		sl := n.cl.truth.Slots[g.Slot()] // (not holds: the checker reads the log itself)
 		if sl.Owner == n.id && sl.Tenure == n.tenure && !sh.w.cfg.faults.adoptForwards && !errors.Is(out.Revoke, ErrClusterConflict) {
 			// Stopping is always safe, but only the replica may stop a
 			// generator, and a replica is a prefix of the log: a tenure

@@ -30,7 +30,7 @@ type simChecker struct {
 // and inside the window its own cluster's log granted to the tenure that
 // minted it.
 func (ck *simChecker) handOut(n *simNode, b simBatchOf) {
-	tr := b.cl.truth.state.FindTenure(b.slot, b.tenure)
+	tr := b.cl.truth.FindTenure(b.slot, b.tenure)
 	for _, id := range b.ids {
 		ts := simStamp(id)
 		slot := int(id>>simLayout.SequenceBits) & (simLayout.Slots() - 1)
@@ -64,7 +64,7 @@ func (ck *simChecker) handOut(n *simNode, b simBatchOf) {
 
 // tenures: no two tenures of a slot overlap, in a cluster's log.
 func (ck *simChecker) tenures(c *simCluster) {
-	ts := c.truth.state.Tenures
+	ts := c.truth.Tenures
 	byFloor := make([]Tenure, 0, len(ts))
 	for _, t := range ts {
 		if t.Granted > t.Floor {
@@ -131,7 +131,7 @@ func (ck *simChecker) nodeLiveProblem(n *simNode) string {
 		n.noRoom = false
 		return ""
 	}
-	s := n.cl.truth.state
+	s := n.cl.truth
 	if s.Layout == nil {
 		n.noRoom = false
 		return fmt.Sprintf("%s's cluster %s has no Init in its log: every claim is refused", n.name(), n.cl.id)
@@ -187,7 +187,7 @@ func (ck *simChecker) membershipProblem(c *simCluster) string {
 			return fmt.Sprintf("server %s of %s is no live node's identity: not reaped", sv.ID, c.id)
 		}
 	}
-	for i, sl := range c.truth.state.Slots {
+	for i, sl := range c.truth.Slots {
 		if sl.Owner != "" && !live(sl.Owner) {
 			return fmt.Sprintf("slot %d of %s is held by %s, no live node's identity: not reaped", i, c.id, sl.Owner)
 		}

@@ -59,7 +59,7 @@ func (fp *simFaultPlan) wipe(n *simNode) {
 	if n.stranger() {
 		n.dc = simStrangerDC
 	}
-	n.replica, n.applied, n.cl, n.conflict = newFSM(), 0, nil, false
+	n.replica, n.applied, n.cl, n.conflict = core.NewState(), 0, nil, false
 	n.snap, n.snapAt = nil, 0
 	n.up = true
 	n.believed, n.rule = nil, core.SlotAgent{}
@@ -98,7 +98,7 @@ func (fp *simFaultPlan) wipe(n *simNode) {
 func (fp *simFaultPlan) doom() {
 	fp.w.cfg.doom = false
 	c := fp.w.cls[0]
-	if c.stopped || c.truth.state.Layout == nil {
+	if c.stopped || c.truth.Layout == nil {
 		return
 	}
 	var mine []*simNode
@@ -204,7 +204,7 @@ func (fp *simFaultPlan) meet(y, o *simCluster) {
 // leaderGrace of the last ready one (Node.leaderKnown).
 func (fp *simFaultPlan) age(c *simCluster) clusterAge {
 	serving := c.servedAt != 0 && fp.w.now-c.servedAt < leaderGrace
-	return clusterAge{identity: identity{ID: c.id, Created: c.truth.state.Created}, history: coarseIndex(uint64(len(c.log))), serving: serving}
+	return clusterAge{identity: identity{ID: c.id, Created: c.truth.Created}, history: coarseIndex(uint64(len(c.log))), serving: serving}
 }
 
 // inGossip: c's nodes are in the network's gossip: a younger cluster
@@ -222,7 +222,7 @@ func (fp *simFaultPlan) fenceMet(c *simCluster) {
 	if l == nil || !l.ready || !l.awake() || l.conflict || !o.quorum() {
 		return
 	}
-	proofs := []foreignProof{{id: c.id, cluster: c.id, slot: -1, windows: c.truth.state.GrantedWindows(), layout: simLayout}}
+	proofs := []foreignProof{{id: c.id, cluster: c.id, slot: -1, windows: c.truth.GrantedWindows(), layout: simLayout}}
 	for _, n := range fp.w.nodes {
 		if n.cl == c && n.up && n.gen != nil {
 			proofs = append(proofs, foreignProof{id: n.id, cluster: c.id, slot: n.gen.Slot(), granted: n.gen.Granted(), layout: simLayout})
@@ -230,7 +230,7 @@ func (fp *simFaultPlan) fenceMet(c *simCluster) {
 	}
 	l.catchUp(len(o.log))
 	for _, f := range foreignFences(proofs, simLayout) {
-		for _, cmd := range fenceCommands(l.replica.state, f, o.id) {
+		for _, cmd := range fenceCommands(l.replica, f, o.id) {
 			idx, res := o.appendEntry(cmd)
 			l.catchUp(int(idx))
 			fp.fences++

@@ -45,10 +45,10 @@ func (ld *simLeaders) establish(l *simNode) {
 	var err error
 	now := l.clock().Now()
 	ct, known := ld.clusterNow(l, now)
-	if l.replica.state.Layout == nil {
+	if l.replica.Layout == nil {
 		err = founderCheck(simLayout, now, ct, known, simMaxSkew)
 	}
-	if l.replica.state.Layout == nil && err == nil {
+	if l.replica.Layout == nil && err == nil {
 		c := core.InitCommand(simLayout, fmt.Sprintf("%s-%08x", l.cl.id, ld.w.r.Uint32()), ct, simMaxAhead)
 		quorum := l.cl.quorum()
 		failed := !quorum || (ld.w.quietAt == 0 && ld.w.r.Float64() < ld.w.cfg.initFail)
@@ -78,7 +78,7 @@ func (ld *simLeaders) establish(l *simNode) {
 func (ld *simLeaders) clusterNow(l *simNode, now time.Time) (time.Time, bool) {
 	var others []string
 	real, awaited := ld.w.base.Add(ld.w.now), 0
-	founded, led := l.replica.state.Layout != nil, ld.w.now-l.ledAt
+	founded, led := l.replica.Layout != nil, ld.w.now-l.ledAt
 	if !founded {
 		led = 0
 	}
@@ -105,7 +105,7 @@ func (ld *simLeaders) handle(l *simNode, c core.Command) (core.Result, error) {
 	if current && l.ready {
 		l.catchUp(len(l.cl.log)) // a leader applies what it commits
 	}
-	h, err := core.HandleCheck(l.replica.state, c, l.ready)
+	h, err := core.HandleCheck(l.replica, c, l.ready)
 	if err != nil {
 		return core.Result{}, err
 	}
@@ -118,15 +118,15 @@ func (ld *simLeaders) handle(l *simNode, c core.Command) (core.Result, error) {
 		in.Member = true // (a voter it cannot reach would cost it its quorum)
 	}
 	real := ld.w.base.Add(ld.w.now)
-	if core.ReportsClock(l.replica.state, c, l.cl.member(c.SpeaksFor()) || in.Member && c.Type == core.CmdClaim) {
+	if core.ReportsClock(l.replica, c, l.cl.member(c.SpeaksFor()) || in.Member && c.Type == core.CmdClaim) {
 		l.clocks.Observe(c.SpeaksFor(), core.ClockSample{Reported: time.Unix(0, c.SentAt), Leader: now, At: real})
 	}
 	in.ClusterNow, in.Known = ld.clusterNow(l, now)
-	d := core.LeaderCheck(l.replica.state, c, in)
+	d := core.LeaderCheck(l.replica, c, in)
 	if d.Handoff && current {
 		ld.handoff(l)
 	}
-	if current && errors.Is(d.Err, ErrNotOwner) && l.cl.truth.state.Holds(c.NodeID, c.Slot, c.Tenure) {
+	if current && errors.Is(d.Err, ErrNotOwner) && l.cl.truth.Holds(c.NodeID, c.Slot, c.Tenure) {
 		// A deposed leader may not know the claims its successor committed,
 		// but the current one answers from its whole log (past its
 		// Barrier): a false "not owner" from it is a leader reading a stale
@@ -201,8 +201,8 @@ func (ld *simLeaders) sweep(c *simCluster) {
 	v := &memberView{Self: l.id, SelfRaftAddr: raftAddr(l.addr), Own: l.ownCluster(),
 		Servers: sweepServers(raft.Configuration{Servers: c.servers}), Members: ld.w.net.gossipView(), Addable: map[string]bool{},
 		StateAddr: map[string]string{}, LeaderApplied: uint64(l.applied), Now: ld.w.base.Add(ld.w.now), ReapAfter: simReapAfter}
-	if l.replica.state.Layout != nil {
-		v.Layout = l.replica.state.Layout
+	if l.replica.Layout != nil {
+		v.Layout = l.replica.Layout
 	}
 	for id, m := range v.Members {
 		v.Addable[id] = addable(m, v.Own)
@@ -214,7 +214,7 @@ func (ld *simLeaders) sweep(c *simCluster) {
 			v.Addable[n.id] = false
 		}
 	}
-	st := l.replica.state
+	st := l.replica
 	v.Holders = st.Holders()
 	for _, id := range st.SortedNodeIDs() {
 		v.StateAddr[id] = st.Nodes[id].GRPCAddr

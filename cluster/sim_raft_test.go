@@ -10,7 +10,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"reflect"
 	"time"
 
@@ -23,9 +22,9 @@ import (
 type simCluster struct {
 	w       *simWorld
 	id      string
-	log     [][]byte // log[i] is entry i+1, as Raft stores it
-	truth   *fsm     // the committed log applied: what the checker trusts
-	leader  *simNode // nil: no leader
+	log     [][]byte    // log[i] is entry i+1, as Raft stores it
+	truth   *core.State // the committed log applied: what the checker trusts
+	leader  *simNode    // nil: no leader
 	term    int
 	servers []raft.Server // the Raft configuration (addresses: raftAddr)
 	younger bool          // bootstrapped by a wiped node: see simNode.conflict
@@ -112,16 +111,12 @@ func (cl *simCluster) appendEntry(c core.Command) (uint64, interface{}) {
 	}
 	cl.log = append(cl.log, data)
 	idx := uint64(len(cl.log))
-	res := simApply(cl.truth, idx, data)
-	if id := cl.truth.state.ClusterID; c.Type == core.CmdInit && id != "" {
+	res := cl.truth.ApplyEntry(idx, data)
+	if id := cl.truth.ClusterID; c.Type == core.CmdInit && id != "" {
 		cl.id = id
 	}
 	cl.w.check.tenures(cl)
 	return idx, res
-}
-
-func simApply(f *fsm, idx uint64, data []byte) interface{} {
-	return f.Apply(&raft.Log{Type: raft.LogCommand, Index: idx, Data: data})
 }
 
 // quorum: a majority of c's voters is up in c. Raft commits an entry,
@@ -224,7 +219,7 @@ type simNode struct {
 	pausedAt, pausedUntil time.Duration
 
 	cl      *simCluster
-	replica *fsm
+	replica *core.State
 	applied int // entries of cl.log applied to replica
 	// snap is the node's latest Raft snapshot (fsm.Snapshot and Persist of
 	// its replica), covering the log up to snapAt; nil for none. A restart
@@ -298,7 +293,7 @@ func (n *simNode) believesLeader() bool {
 	return n.awake() && n.cl != nil && (n.cl.leader == n || n.w.now < n.deposedUntil)
 }
 
-func (n *simNode) ownCluster() string { return n.replica.state.ClusterID }
+func (n *simNode) ownCluster() string { return n.replica.ClusterID }
 
 // catchUp applies n's cluster's log to n's replica up to entry upTo.
 func (n *simNode) catchUp(upTo int) {
@@ -307,7 +302,7 @@ func (n *simNode) catchUp(upTo int) {
 	}
 	for n.applied < upTo && n.applied < len(n.cl.log) {
 		n.applied++
-		simApply(n.replica, uint64(n.applied), n.cl.log[n.applied-1])
+		n.replica.ApplyEntry(uint64(n.applied), n.cl.log[n.applied-1])
 		n.stopIfEnded()
 	}
 }
@@ -316,7 +311,7 @@ func (n *simNode) catchUp(upTo int) {
 // whose tenure the replica just ended stops there and then, by the agent's
 // rule, whatever the agent is doing.
 func (n *simNode) stopIfEnded() {
-	if upTo, ended := core.EndedUpTo(n.replica.state, n.id, n.minted); ended && !n.w.cfg.faults.keepEnded {
+	if upTo, ended := core.EndedUpTo(n.replica, n.id, n.minted); ended && !n.w.cfg.faults.keepEnded {
 		n.withdrawn.Add(n.minted.Slot, upTo)
 	}
 	if !n.w.cfg.faults.lateStop {
@@ -324,32 +319,28 @@ func (n *simNode) stopIfEnded() {
 	}
 }
 
-// snapshot is the real fsm.Snapshot and Persist of n's replica: the bytes a
-// Raft snapshot store keeps, and the log index they cover.
+// snapshot is the real snapshot of n's replica (core.EncodeSnapshot, what
+// the node's fsm.Persist writes): the bytes a Raft snapshot store keeps,
+// and the log index they cover.
 func (n *simNode) snapshot() ([]byte, int) {
-	snap, err := n.replica.Snapshot()
-	if err != nil {
+	var buf bytes.Buffer
+	if err := core.EncodeSnapshot(&buf, n.replica.Clone()); err != nil {
 		n.w.fail("%s's snapshot: %v", n.name(), err)
 		return nil, 0
 	}
-	defer snap.Release()
-	var sink memSink
-	if err := snap.Persist(&sink); err != nil {
-		n.w.fail("%s's snapshot: %v", n.name(), err)
-		return nil, 0
-	}
-	return sink.Bytes(), n.applied
+	return buf.Bytes(), n.applied
 }
 
-// restore replaces n's replica with the real fsm.Restore of a snapshot
-// covering the log up to at.
+// restore replaces n's replica with the real restore of a snapshot
+// (core.DecodeSnapshot, what the node's fsm.Restore reads) covering the log
+// up to at.
 func (n *simNode) restore(data []byte, at int) {
-	f := newFSM()
-	if err := f.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
+	s, err := core.DecodeSnapshot(bytes.NewReader(data))
+	if err != nil {
 		n.w.fail("%s cannot restore its snapshot at %d: %v", n.name(), at, err)
 		return
 	}
-	n.replica, n.applied = f, at
+	n.replica, n.applied = s, at
 	n.stopIfEnded()
 }
 
@@ -363,9 +354,9 @@ func (n *simNode) installSnapshot(l *simNode) {
 	}
 	n.restore(data, at)
 	n.snap, n.snapAt = data, at
-	if !reflect.DeepEqual(n.replica.state, l.replica.state) {
+	if !reflect.DeepEqual(n.replica, l.replica) {
 		n.w.fail("%s's state restored from %s's snapshot at %d differs from it:\n got %+v\nwant %+v",
-			n.name(), l.name(), at, n.replica.state, l.replica.state)
+			n.name(), l.name(), at, n.replica, l.replica)
 	}
 	n.w.logf("%s installs %s's snapshot at %d", n.name(), l.name(), at)
 }
@@ -413,7 +404,7 @@ func (n *simNode) restart() {
 	if n.snap != nil {
 		n.restore(n.snap, n.snapAt)
 	} else {
-		n.replica, n.applied = newFSM(), 0
+		n.replica, n.applied = core.NewState(), 0
 	}
 	n.w.logf("%s restarts from its snapshot at %d", n.name(), n.applied)
 }

@@ -235,7 +235,7 @@ func newSimWorld(seed int64, faults simFaults, tweak func(*simConfig)) *simWorld
 	w.net, w.lead, w.agents, w.clients = simNet{w: w}, simLeaders{w: w}, simAgents{w: w}, simClients{w: w}
 	w.plan, w.check = simFaultPlan{w: w}, simChecker{w: w, ids: map[int64]simMint{}}
 	for a := 0; a < cfg.nodes; a++ {
-		n := &simNode{w: w, addr: a, up: true, replica: newFSM()}
+		n := &simNode{w: w, addr: a, up: true, replica: core.NewState()}
 		n.id, n.nm = w.newNodeID(a, 0), fmt.Sprintf("%d.0", a)
 		n.dc = w.r.Intn(1<<simLayout.DatacenterBits+1) - 1
 		n.offset = time.Duration(r.Int63n(int64(simMaxSkew))) - simMaxSkew/2
@@ -262,7 +262,7 @@ func (w *simWorld) newNodeID(addr, life int) string {
 // bootstrap makes n the leader of a new cluster with an empty log; its
 // first entry is the Init its leader's establish writes.
 func (w *simWorld) bootstrap(n *simNode) *simCluster {
-	c := &simCluster{w: w, id: fmt.Sprintf("cluster%d", len(w.cls)), truth: newFSM(), created: len(w.cls)}
+	c := &simCluster{w: w, id: fmt.Sprintf("cluster%d", len(w.cls)), truth: core.NewState(), created: len(w.cls)}
 	c.addServer(n, true)
 	w.cls = append(w.cls, c)
 	n.cl = c
