@@ -76,10 +76,10 @@ func (ms *membership) bootstrap() {
 // remembers who did, so each peer is asked until it answers once.
 func (ms *membership) provenPeers(fresh []raft.Server, grpcOf, proved, refused map[string]string) []raft.Server {
 	n := ms.n
-	probes := map[probeKey]bool{}
+	probes := map[ProbeKey]bool{}
 	for _, s := range fresh {
 		if id := string(s.ID); id != n.id && proved[id] != string(s.Address) {
-			probes[probeKey{id, grpcOf[id]}] = true
+			probes[ProbeKey{id, grpcOf[id]}] = true
 		}
 	}
 	answers := ms.probeAll(probes)
@@ -87,16 +87,16 @@ func (ms *membership) provenPeers(fresh []raft.Server, grpcOf, proved, refused m
 	for _, s := range fresh {
 		id := string(s.ID)
 		if id != n.id && proved[id] != string(s.Address) {
-			st, _, err := answerOf(id, []string{grpcOf[id]}, answers)
+			st, _, err := AnswerOf(id, []string{grpcOf[id]}, answers)
 			if err == nil {
-				err = joinProof(st, string(s.Address), "")
+				err = JoinProof(st, string(s.Address), "")
 			}
 			if err != nil {
 				if refused[id] != err.Error() {
 					refused[id] = err.Error()
 					// Peers that start a little later do not answer at first.
 					log := n.logger.Warn
-					if errors.Is(err, errProbeUnanswered) {
+					if errors.Is(err, ErrProbeUnanswered) {
 						log = n.logger.Info
 					}
 					log("bootstrap: not counting a gossip member as a peer until it answers as a node", "id", id, "reason", err)
@@ -132,5 +132,5 @@ func (ms *membership) bootstrapWith(servers []raft.Server) {
 		n.logger.Error("bootstrap", "err", err)
 		return
 	}
-	n.gossip.updateMeta(func(m *meta) { m.Member = true })
+	n.gossip.updateMeta(func(m *Meta) { m.Member = true })
 }

@@ -105,7 +105,7 @@ func (cc *clusterClock) pollClocks(stop <-chan struct{}) {
 		}
 		cc.clocks.Retain(servers)
 		own := n.ident.ownCluster()
-		keys := map[probeKey]bool{}
+		keys := map[ProbeKey]bool{}
 		heard := func(id string) time.Time {
 			if t := cc.n.versions.protocols.ProvenAt(id); t.Before(time.Now().Add(-core.ProtocolPollEvery)) {
 				return time.Time{} // its range is due: ask it whatever it reported since
@@ -114,16 +114,16 @@ func (cc *clusterClock) pollClocks(stop <-chan struct{}) {
 		}
 		for _, id := range core.ClockPollTargets(voters, n.id, heard, time.Now(), core.ClockPollEvery) {
 			if addr := n.members.grpcAddrOf(id); addr != "" {
-				keys[probeKey{id, addr}] = true
+				keys[ProbeKey{id, addr}] = true
 			}
 		}
 		for k, a := range n.members.probeAll(keys) {
-			if a.err != nil || a.st.ID != k.id || a.st.ClusterID != own {
+			if a.Err != nil || a.Status.ID != k.ID || a.Status.ClusterID != own {
 				continue
 			}
-			cc.n.versions.protocols.Prove(k.id, a.st.Protocols.OrLegacy())
-			if s, ok := statusClock(k.id, own, a.st, n.clock.Now(), time.Now()); ok {
-				cc.clocks.Observe(k.id, s)
+			cc.n.versions.protocols.Prove(k.ID, a.Status.Protocols.OrLegacy())
+			if s, ok := StatusClock(k.ID, own, a.Status, n.clock.Now(), time.Now()); ok {
+				cc.clocks.Observe(k.ID, s)
 			}
 		}
 	}

@@ -21,7 +21,7 @@ import (
 // its last window is all that is known of it.
 type foreignBook struct {
 	mu     sync.Mutex
-	proofs map[string]foreignProof
+	proofs map[string]ForeignProof
 	retry  map[string]time.Time
 	// forkSince: since when each member has answered, without a break, as
 	// a serving member of another log of this cluster ID (forks.go).
@@ -37,33 +37,33 @@ type foreignBook struct {
 }
 
 func (b *foreignBook) init() {
-	b.proofs, b.retry = map[string]foreignProof{}, map[string]time.Time{}
+	b.proofs, b.retry = map[string]ForeignProof{}, map[string]time.Time{}
 	b.forkSince, b.losing, b.servingSince = map[string]time.Time{}, map[string]time.Time{}, map[string]time.Time{}
 }
 
 // put records p, the answer of member id at now.
-func (b *foreignBook) put(id string, p foreignProof, now time.Time) {
+func (b *foreignBook) put(id string, p ForeignProof, now time.Time) {
 	prev, known := b.proofs[id]
 	b.proofs[id] = p
-	unbroken := known && prev.serving && now.Sub(prev.at) <= prev.sightingGap()
-	noteRun(b.forkSince, id, p.fork && p.serving, unbroken && prev.fork, now)
-	noteRun(b.servingSince, id, p.serving, unbroken, now)
+	unbroken := known && prev.Serving && now.Sub(prev.At) <= prev.SightingGap()
+	NoteRun(b.forkSince, id, p.Fork && p.Serving, unbroken && prev.Fork, now)
+	NoteRun(b.servingSince, id, p.Serving, unbroken, now)
 }
 
 // unanswered ends id's runs: its probe failed, or it answered as neither
 // another cluster's member nor another log's.
 func (b *foreignBook) unanswered(id string, now time.Time) {
-	noteRun(b.forkSince, id, false, false, now)
-	noteRun(b.servingSince, id, false, false, now)
+	NoteRun(b.forkSince, id, false, false, now)
+	NoteRun(b.servingSince, id, false, false, now)
 }
 
 // contests reports whether a proven member of another cluster that still
 // serves on slot closes the slot's reserves to this cluster's leader (see
 // contestedBy).
-func (b *foreignBook) contests(slot int, now time.Time, longest time.Duration) (foreignProof, bool) {
+func (b *foreignBook) contests(slot int, now time.Time, longest time.Duration) (ForeignProof, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return contestedBy(b.proofs, b.servingSince, "", slot, now, longest)
+	return ContestedBy(b.proofs, b.servingSince, "", slot, now, longest)
 }
 
 // proveForeign probes the alive gossip members of other clusters whose proof
@@ -71,11 +71,11 @@ func (b *foreignBook) contests(slot int, now time.Time, longest time.Duration) (
 // cluster ID. A leader also asks the members of its own cluster ID that its
 // Raft configuration does not list (forkOf): a member of another log with
 // this cluster's ID is fenced like another cluster's until it stops.
-func (ms *membership) proveForeign(own string) []foreignProof {
+func (ms *membership) proveForeign(own string) []ForeignProof {
 	n := ms.n
 	now := time.Now()
-	keys := map[probeKey]bool{}
-	claimed := map[string]gossipMember{}
+	keys := map[ProbeKey]bool{}
+	claimed := map[string]GossipMember{}
 	var servers map[string]string // this leader's configuration, ID to Raft address
 	if n.rs.raft.State() == raft.Leader {
 		servers = ms.configServers()
@@ -88,13 +88,13 @@ func (ms *membership) proveForeign(own string) []foreignProof {
 		if m.State != MemberAlive || !m.Parsed || m.Meta.ClusterID == "" || m.Meta.ClusterID == own && !sameID || m.Meta.GRPCAddr == "" {
 			continue
 		}
-		if p, ok := b.proofs[id]; ok && now.Sub(p.at) < p.freshFor() {
+		if p, ok := b.proofs[id]; ok && now.Sub(p.At) < p.FreshFor() {
 			continue
 		}
 		if now.Before(b.retry[id]) {
 			continue
 		}
-		keys[probeKey{id, m.Meta.GRPCAddr}] = true
+		keys[ProbeKey{id, m.Meta.GRPCAddr}] = true
 		claimed[id] = m
 	}
 	b.mu.Unlock()
@@ -102,21 +102,21 @@ func (ms *membership) proveForeign(own string) []foreignProof {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for k, a := range answers {
-		m := claimed[k.id]
-		st := a.st
-		_, known := b.proofs[k.id]
-		fork := st.ClusterID == own && forkOf(st, servers, known && b.proofs[k.id].fork)
-		if a.err != nil || st.ID != k.id || st.ClusterID == "" || st.ClusterID == own && !fork || st.ClusterID != m.Meta.ClusterID {
-			b.retry[k.id] = now.Add(foreignRetry)
-			b.unanswered(k.id, now)
+		m := claimed[k.ID]
+		st := a.Status
+		_, known := b.proofs[k.ID]
+		fork := st.ClusterID == own && ForkOf(st, servers, known && b.proofs[k.ID].Fork)
+		if a.Err != nil || st.ID != k.ID || st.ClusterID == "" || st.ClusterID == own && !fork || st.ClusterID != m.Meta.ClusterID {
+			b.retry[k.ID] = now.Add(ForeignRetry)
+			b.unanswered(k.ID, now)
 			continue
 		}
-		p := proofFrom(st, k.addr, now)
-		p.fork = fork
-		p.created = m.Meta.Created
-		b.put(k.id, p, now)
+		p := ProofFrom(st, k.Addr, now)
+		p.Fork = fork
+		p.Created = m.Meta.Created
+		b.put(k.ID, p, now)
 	}
-	out := make([]foreignProof, 0, len(b.proofs))
+	out := make([]ForeignProof, 0, len(b.proofs))
 	for _, p := range b.proofs {
 		out = append(out, p)
 	}

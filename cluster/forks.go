@@ -58,9 +58,9 @@ func forkRanks(mine, other forkSide) (stop bool) {
 	switch {
 	case mine.voters != other.voters:
 		return mine.voters < other.voters
-	case other.history >= 2*mine.history+historyMargin:
+	case other.history >= 2*mine.history+HistoryMargin:
 		return true
-	case mine.history >= 2*other.history+historyMargin:
+	case mine.history >= 2*other.history+HistoryMargin:
 		return false
 	case mine.leaderID != other.leaderID:
 		return mine.leaderID > other.leaderID
@@ -75,15 +75,15 @@ func forkRanks(mine, other forkSide) (stop bool) {
 // this node last became the leader). It keeps b.losing; losing reports
 // whether this group ranks below one on this check (whatever the count),
 // and lose is then that group's member.
-func (b *foreignBook) forkVerdict(mine forkSide, led time.Time, confirm time.Duration, now time.Time) (lose foreignProof, stop, losing bool) {
-	servingFork := func(p foreignProof) bool {
-		return p.fork && p.serving && now.Sub(p.at) <= p.sightingGap()
+func (b *foreignBook) forkVerdict(mine forkSide, led time.Time, confirm time.Duration, now time.Time) (lose ForeignProof, stop, losing bool) {
+	servingFork := func(p ForeignProof) bool {
+		return p.Fork && p.Serving && now.Sub(p.At) <= p.SightingGap()
 	}
 	for id, p := range b.proofs {
 		since, seen := b.forkSince[id]
-		leader, known := b.proofs[p.leaderID]
-		other := forkSide{voters: p.voters, history: p.history, leaderID: p.leaderID, leaderAddr: p.leaderAddr}
-		if !seen || p.leaderID == "" || !servingFork(p) || !known || !servingFork(leader) || !forkRanks(mine, other) {
+		leader, known := b.proofs[p.LeaderID]
+		other := forkSide{voters: p.Voters, history: p.History, leaderID: p.LeaderID, leaderAddr: p.LeaderAddr}
+		if !seen || p.LeaderID == "" || !servingFork(p) || !known || !servingFork(leader) || !forkRanks(mine, other) {
 			delete(b.losing, id)
 			continue
 		}
@@ -128,12 +128,12 @@ func (rc *reconciler) checkForks() {
 	}
 	now := time.Now()
 	for _, p := range n.ident.copies.copies() {
-		if p.serving && now.Sub(p.at) < foreignConflictTTL {
+		if p.Serving && now.Sub(p.At) < ForeignConflictTTL {
 			rc.copyServed = now
 		}
 	}
 	led := n.clusterClock.ledSince.Load()
-	if now.Sub(rc.copyServed) < foreignConflictTTL || led == 0 {
+	if now.Sub(rc.copyServed) < ForeignConflictTTL || led == 0 {
 		n.gate.forkHold.Store(nil)
 		return
 	}
@@ -147,24 +147,24 @@ func (rc *reconciler) checkForks() {
 		return
 	}
 	if stop {
-		n.twins.stopForGood(forkAdvice(lose, mine), false, lose.addr, n.cfg.GRPCAddr)
+		n.twins.stopForGood(forkAdvice(lose, mine), false, lose.Addr, n.cfg.GRPCAddr)
 		return
 	}
 	hold := fmt.Sprintf("node %s at %s serves another raft group of this cluster ID that outranks this one (%d voters against %d): "+
-		"this leader grants nothing until the two are settled (this group stops, or the other)", lose.id, lose.addr, lose.voters, mine.voters)
+		"this leader grants nothing until the two are settled (this group stops, or the other)", lose.ID, lose.Addr, lose.Voters, mine.voters)
 	n.gate.forkHold.Store(&hold)
 }
 
 // forkAdvice is the reason a leader gives when its Raft group ranks lower
 // than another group of its cluster ID that p is a member of.
-func forkAdvice(p foreignProof, mine forkSide) string {
-	why := fmt.Sprintf("a raft group of %d voters against this one's %d", p.voters, mine.voters)
-	if p.voters == mine.voters {
+func forkAdvice(p ForeignProof, mine forkSide) string {
+	why := fmt.Sprintf("a raft group of %d voters against this one's %d", p.Voters, mine.voters)
+	if p.Voters == mine.voters {
 		why = fmt.Sprintf("a raft group of as many voters, with about %d log entries against this one's %d, led from %s "+
-			"(this one from %s)", p.history, mine.history, p.leaderAddr, mine.leaderAddr)
+			"(this one from %s)", p.History, mine.history, p.LeaderAddr, mine.leaderAddr)
 	}
 	return fmt.Sprintf("node %s at %s belongs to cluster %s too but to another raft group, %s: the two logs are forks of "+
 		"one (a copied data dir grew a group of its own), and both grant the same slots, so this group stopped "+
 		"issuing. Wipe this node's data dir and start it again with --join to the other group's nodes (a wiped node "+
-		"joins as a new node)", p.id, p.addr, p.cluster, why)
+		"joins as a new node)", p.ID, p.Addr, p.Cluster, why)
 }

@@ -29,8 +29,8 @@ type gossip struct {
 	updating sync.Mutex
 
 	mu      sync.Mutex
-	local   meta
-	members map[string]*gossipMember
+	local   Meta
+	members map[string]*GossipMember
 	events  chan struct{}
 	now     func() time.Time
 }
@@ -39,13 +39,13 @@ type gossip struct {
 //
 // sighted (may be nil) hears the gRPC address of every process gossip shows
 // under this node's own name, or a member's, at a second address (twins.go).
-func openGossip(cfg *Config, nodeID string, local meta, counts *door.Counts, logger *slog.Logger, sighted func(grpcAddr string), servers func(host string) bool) (*gossip, error) {
+func openGossip(cfg *Config, nodeID string, local Meta, counts *door.Counts, logger *slog.Logger, sighted func(grpcAddr string), servers func(host string) bool) (*gossip, error) {
 	g := &gossip{
 		name:    nodeID,
 		sighted: sighted,
 		logger:  logger.With("component", "gossip"),
 		local:   local,
-		members: map[string]*gossipMember{},
+		members: map[string]*GossipMember{},
 		events:  make(chan struct{}, 1),
 		now:     time.Now,
 	}
@@ -150,7 +150,7 @@ func (g *gossip) NotifyConflict(existing, other *memberlist.Node) {
 	if existing.Name != other.Name || g.sighted == nil {
 		return
 	}
-	var was, m meta
+	var was, m Meta
 	if err := json.Unmarshal(other.Meta, &m); err != nil || m.GRPCAddr == "" {
 		return
 	}
@@ -161,7 +161,7 @@ func (g *gossip) NotifyConflict(existing, other *memberlist.Node) {
 }
 
 func (g *gossip) record(n *memberlist.Node, gone bool) {
-	m := &gossipMember{ID: n.Name, Addr: n.Address(), State: MemberAlive, Since: g.now()}
+	m := &GossipMember{ID: n.Name, Addr: n.Address(), State: MemberAlive, Since: g.now()}
 	if err := json.Unmarshal(n.Meta, &m.Meta); err == nil {
 		m.Parsed = true
 	}
@@ -184,10 +184,10 @@ func (g *gossip) record(n *memberlist.Node, gone bool) {
 }
 
 // snapshot returns a copy of every member seen, including dead and left ones.
-func (g *gossip) snapshot() map[string]gossipMember {
+func (g *gossip) snapshot() map[string]GossipMember {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := make(map[string]gossipMember, len(g.members))
+	out := make(map[string]GossipMember, len(g.members))
 	for id, m := range g.members {
 		out[id] = *m
 	}
@@ -204,7 +204,7 @@ func (g *gossip) forget(id string) {
 }
 
 // updateMeta changes the local metadata and gossips it.
-func (g *gossip) updateMeta(fn func(m *meta)) {
+func (g *gossip) updateMeta(fn func(m *Meta)) {
 	g.mu.Lock()
 	before := g.local
 	fn(&g.local)

@@ -33,7 +33,7 @@ func (hk *housekeeper) housekeeping() {
 		hk.logReadiness()
 		member := n.members.inRaftConfig(n.id)
 		skewMS := n.agent.skew.Load() / int64(time.Millisecond)
-		n.gossip.updateMeta(func(m *meta) {
+		n.gossip.updateMeta(func(m *Meta) {
 			m.Member = m.Member || member
 			m.SkewMS = skewMS / 100 * 100 // gossip only changes of 100 ms or more
 		})

@@ -53,7 +53,7 @@ func (ld *leader) leaderLoop(stop chan struct{}) {
 	n.logger.Info("gained leadership")
 	defer n.logger.Info("lost leadership")
 	defer ld.n.gate.leaderReady.Store(false)
-	n.recon.leaderState = newLeaderState()
+	n.recon.leaderState = NewLeaderState()
 	for {
 		if err := n.rs.raft.Barrier(core.ApplyTimeout).Error(); err == nil {
 			break
@@ -81,13 +81,13 @@ func (ld *leader) leaderLoop(stop chan struct{}) {
 	)
 	establish := func() (handedOff bool) {
 		err := ld.establish()
-		if errors.Is(err, errFounderClock) && ld.handOffToClusterTime() {
+		if errors.Is(err, ErrFounderClock) && ld.handOffToClusterTime() {
 			return true
 		}
 		var again bool
 		if again, wait = core.EstablishNext(err, wait); again {
 			log := n.logger.Error
-			if errors.Is(err, errAwaitingClocks) {
+			if errors.Is(err, ErrAwaitingClocks) {
 				log = n.logger.Info
 			}
 			log("establish leadership; retrying", "err", err, "in", wait)
@@ -109,7 +109,7 @@ func (ld *leader) leaderLoop(stop chan struct{}) {
 		// A member whose probe failed is asked again when its backoff ends,
 		// not only on the next sweep.
 		var wake <-chan time.Time
-		if w := n.recon.leaderState.wake; !w.IsZero() {
+		if w := n.recon.leaderState.Wake; !w.IsZero() {
 			wake = time.After(max(time.Until(w), 0))
 		}
 		select {
@@ -148,8 +148,8 @@ func (ld *leader) establish() error {
 	}
 	now := n.clock.Now()
 	ct, known := ld.n.clusterClock.clusterNow(now)
-	if err := founderCheck(n.cfg.bootstrapLayout(), now, ct, known, n.cfg.MaxSkew); err != nil {
-		if errors.Is(err, errAwaitingClocks) {
+	if err := FounderCheck(n.cfg.bootstrapLayout(), now, ct, known, n.cfg.MaxSkew); err != nil {
+		if errors.Is(err, ErrAwaitingClocks) {
 			err = fmt.Errorf("%w (not heard from: %s; a release before protocol 2 reports no clock before Init: "+
 				"found a cluster with nodes of one release)", err, strings.Join(ld.n.clusterClock.unreportedVoters(), ", "))
 		}
@@ -213,7 +213,7 @@ func (rc *reconciler) reconcile() {
 		n.logger.Warn("reconcile: raft configuration", "err", err)
 		return
 	}
-	v := &memberView{
+	v := &MemberView{
 		Self: n.id, SelfRaftAddr: n.cfg.RaftAdvertise, SelfSpeaksAs: string(n.rs.transport.LocalAddr()), Own: n.ident.ownCluster(),
 		LogHolds: n.log.logHolds,
 		Servers:  sweepServers(cf.Configuration()), Members: n.gossip.snapshot(), Addable: map[string]bool{},
@@ -225,9 +225,9 @@ func (rc *reconciler) reconcile() {
 		v.Layout = &l
 	}
 	for id, m := range v.Members {
-		v.Addable[id] = addable(m, v.Own)
+		v.Addable[id] = Addable(m, v.Own)
 	}
-	inRaft := serversByID(v.Servers)
+	inRaft := ServersByID(v.Servers)
 	n.fsm.view(func(s *core.State) {
 		v.Holders = s.Holders()
 		for _, id := range s.SortedNodeIDs() {
@@ -238,17 +238,17 @@ func (rc *reconciler) reconcile() {
 		}
 	})
 	ls := &rc.leaderState
-	probes, gone := ls.sweepProbes(v)
+	probes, gone := ls.SweepProbes(v)
 	// A sweep waits at most one probeTimeout per probeParallel members it
 	// asks, and members that failed are asked again only after a backoff.
 	answers := n.members.probeAll(probes)
-	for _, a := range ls.sweepActions(v, gone, answers) {
+	for _, a := range ls.SweepActions(v, gone, answers) {
 		rc.memberAct(a, v.Now)
 	}
 }
 
 // memberAct carries out one of sweepActions' decisions.
-func (rc *reconciler) memberAct(a memberAction, now time.Time) {
+func (rc *reconciler) memberAct(a MemberAction, now time.Time) {
 	n := rc.n
 	ls := &rc.leaderState
 	readd := func(voter bool) error {
@@ -259,40 +259,40 @@ func (rc *reconciler) memberAct(a memberAction, now time.Time) {
 		return add(raft.ServerID(a.ID), raft.ServerAddress(a.Addr), 0, core.ApplyTimeout).Error()
 	}
 	switch a.Kind {
-	case actOwnAddr:
+	case ActOwnAddr:
 		if err := readd(a.Voter); err != nil {
 			n.logger.Warn("reconcile: update own raft address", "err", err)
 		} else {
 			n.logger.Info("updated own raft address", "from", a.Why, "to", a.Addr)
 		}
-	case actReap:
+	case ActReap:
 		rc.reap(a.ID, a.Why)
-	case actRefuse:
+	case ActRefuse:
 		n.recon.refuse(a.ID, a.Name, a.Why, a.Err)
-	case actNote:
+	case ActNote:
 		n.logger.Debug(a.Why, "id", a.ID)
-	case actWait:
+	case ActWait:
 		n.logger.Info(a.Why, "id", a.ID, "raft", a.Addr)
-	case actAddNonvoter:
+	case ActAddNonvoter:
 		if err := n.rs.raft.AddNonvoter(raft.ServerID(a.ID), raft.ServerAddress(a.Addr), 0, core.ApplyTimeout).Error(); err != nil {
 			n.logger.Warn("reconcile: add non-voter", "id", a.ID, "err", err)
 			return
 		}
 		n.logger.Info("added non-voter", "id", a.ID, "name", a.Name, "raft", a.Addr)
-		ls.added(a.ID, now)
-	case actMoveAddr:
+		ls.Added(a.ID, now)
+	case ActMoveAddr:
 		if err := readd(a.Voter); err != nil {
 			n.logger.Warn("reconcile: update raft address", "id", a.ID, "err", err)
 			return
 		}
 		n.logger.Info("updated raft address", "id", a.ID, "from", a.Why, "to", a.Addr)
-		ls.moved(a.ID)
-	case actPromote:
+		ls.Moved(a.ID)
+	case ActPromote:
 		if err := n.rs.raft.AddVoter(raft.ServerID(a.ID), raft.ServerAddress(a.Addr), 0, core.ApplyTimeout).Error(); err != nil {
 			n.logger.Warn("reconcile: promote", "id", a.ID, "err", err)
 			return
 		}
-		ls.promoted(a.ID)
+		ls.Promoted(a.ID)
 		n.logger.Info("promoted to voter", "id", a.ID)
 	}
 }
@@ -307,7 +307,7 @@ func (rc *reconciler) reap(id, why string) {
 		n.logger.Warn("reap", "id", id, "reason", why, "err", err)
 		return
 	}
-	rc.leaderState.reaped(id)
+	rc.leaderState.Reaped(id)
 	n.logger.Info("reaped node", "id", id, "reason", why, "freed_slot", slot)
 }
 
@@ -441,18 +441,18 @@ func (rc *reconciler) fenceForeign() {
 	// Copies of this node's data dir that stopped are fenced like another
 	// cluster (twins.go): their log granted windows this one never saw.
 	proofs := append(rc.n.members.proveForeign(own), n.ident.copies.copies()...)
-	for _, f := range foreignFences(proofs, layout) {
+	for _, f := range ForeignFences(proofs, layout) {
 		kind := fenceOtherCluster
-		if f.foreign == own {
+		if f.Foreign == own {
 			kind = fenceCopy // a copy's proof names this cluster (twins.go)
 		}
-		if f.otherLayout {
-			n.peerLog.Refused("fence:"+f.foreign, "not fencing a window of another cluster of another layout: its IDs "+
-				"are not comparable with this cluster's", "other_cluster", f.foreign, "other_layout", f.layout.String(), "own_layout", layout.String())
+		if f.OtherLayout {
+			n.peerLog.Refused("fence:"+f.Foreign, "not fencing a window of another cluster of another layout: its IDs "+
+				"are not comparable with this cluster's", "other_cluster", f.Foreign, "other_layout", f.Layout.String(), "own_layout", layout.String())
 			continue
 		}
 		var cmds []core.Command
-		n.fsm.view(func(s *core.State) { cmds = fenceCommands(s, f, own) })
+		n.fsm.view(func(s *core.State) { cmds = FenceCommands(s, f, own) })
 		for _, c := range cmds {
 			ctx, cancel := context.WithTimeout(context.Background(), core.ApplyTimeout)
 			_, _, err := n.gate.raftApply(ctx, c)
@@ -463,27 +463,27 @@ func (rc *reconciler) fenceForeign() {
 			switch {
 			case c.Type == core.CmdRelease && err == nil:
 				n.logger.Warn("ended a tenure that another cluster's window overlaps: the holder claims again above it",
-					"slot", f.slot, "holder", c.NodeID, "tenure", c.Tenure, "other_window_up_to", f.upTo, "other_cluster", f.foreign)
+					"slot", f.Slot, "holder", c.NodeID, "tenure", c.Tenure, "other_window_up_to", f.UpTo, "other_cluster", f.Foreign)
 			case c.Type == core.CmdRelease && !errors.Is(err, ErrNotOwner):
-				n.logger.Warn("end a tenure that another cluster's window overlaps", "slot", f.slot, "holder", c.NodeID, "tenure", c.Tenure, "err", err)
+				n.logger.Warn("end a tenure that another cluster's window overlaps", "slot", f.Slot, "holder", c.NodeID, "tenure", c.Tenure, "err", err)
 			case c.Type == core.CmdRelease:
 				// Not owner: the tenure ended meanwhile; its successor's
 				// floor is the slot's highWater, above the window.
 			case err != nil:
-				n.logger.Warn("fence a window of another cluster", "slot", f.slot, "up_to", f.upTo, "other_cluster", f.foreign, "err", err)
+				n.logger.Warn("fence a window of another cluster", "slot", f.Slot, "up_to", f.UpTo, "other_cluster", f.Foreign, "err", err)
 			case c.Type == core.CmdFence:
 				n.logger.Warn("fenced a window another cluster held: the slot's next tenure starts above it",
-					"slot", f.slot, "up_to", f.upTo, "other_cluster", f.foreign)
+					"slot", f.Slot, "up_to", f.UpTo, "other_cluster", f.Foreign)
 			}
 		}
 	}
 }
 
 // sweepServers is Raft's configuration as a sweep reads it.
-func sweepServers(cf raft.Configuration) []server {
-	out := make([]server, 0, len(cf.Servers))
+func sweepServers(cf raft.Configuration) []Server {
+	out := make([]Server, 0, len(cf.Servers))
 	for _, s := range cf.Servers {
-		out = append(out, server{ID: string(s.ID), Address: string(s.Address), Voter: s.Suffrage == raft.Voter})
+		out = append(out, Server{ID: string(s.ID), Address: string(s.Address), Voter: s.Suffrage == raft.Voter})
 	}
 	return out
 }

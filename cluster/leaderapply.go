@@ -149,11 +149,11 @@ func (lg *leaderGate) contested(d core.LeaderOut) error {
 	}
 	if p, ok := n.ident.copies.contests(id, slot, now, fenced); ok {
 		return fmt.Errorf("%w: a copy of node %s's data dir still issues slot %d at %s; the slot waits until it stops and its "+
-			"windows are fenced", ErrNotReady, p.id, p.slot, p.addr)
+			"windows are fenced", ErrNotReady, p.ID, p.Slot, p.Addr)
 	}
 	if p, ok := n.members.foreign.contests(slot, now, n.cfg.contestMax); ok {
 		return fmt.Errorf("%w: node %s of cluster %s, which met this one, still issues slot %d; the slot waits until it stops "+
-			"and its windows are fenced", ErrNotReady, p.id, p.cluster, p.slot)
+			"and its windows are fenced", ErrNotReady, p.ID, p.Cluster, p.Slot)
 	}
 	return nil
 }

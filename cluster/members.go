@@ -6,8 +6,8 @@ import (
 	"github.com/idgen/idgen/generator"
 )
 
-// meta is the node metadata carried by gossip (memberlist caps it at 512 bytes).
-type meta struct {
+// Meta is the node metadata carried by gossip (memberlist caps it at 512 bytes).
+type Meta struct {
 	Name     string `json:"n"`
 	GRPCAddr string `json:"g"`
 	RaftAddr string `json:"r"`
@@ -39,8 +39,8 @@ type meta struct {
 	Layout string `json:"ly,omitempty"`
 }
 
-// protocols is the range the member advertises (legacy when none).
-func (m meta) protocols() ProtocolRange { return ProtocolRange{Min: m.PMin, Max: m.PMax}.OrLegacy() }
+// Protocols is the range the member advertises (legacy when none).
+func (m Meta) Protocols() ProtocolRange { return ProtocolRange{Min: m.PMin, Max: m.PMax}.OrLegacy() }
 
 // MemberState is what gossip last showed of a member. memberlist's
 // notifications give only these three; its "suspect" phase comes to a node
@@ -72,12 +72,12 @@ func (s MemberState) String() string {
 	return "unknown"
 }
 
-// gossipMember is a member as the node last saw it, including dead ones,
+// GossipMember is a member as the node last saw it, including dead ones,
 // which memberlist's Members() leaves out.
-type gossipMember struct {
+type GossipMember struct {
 	ID     string
 	Addr   string
-	Meta   meta
+	Meta   Meta
 	State  MemberState
 	Since  time.Time
 	Parsed bool
@@ -150,7 +150,7 @@ type Status struct {
 	Voters int
 }
 
-// leaderGrace is how long a node still counts a leader as known after losing
+// LeaderGrace is how long a node still counts a leader as known after losing
 // sight of it: an election takes about a second, and the granted window, not
 // the leader, bounds what the node may issue meanwhile.
-const leaderGrace = 3 * time.Second
+const LeaderGrace = 3 * time.Second

@@ -101,7 +101,7 @@ func (ms *membership) leaderKnown() bool {
 		ms.leaderSeen.Store(now)
 		return true
 	}
-	return now-ms.leaderSeen.Load() < int64(leaderGrace)
+	return now-ms.leaderSeen.Load() < int64(LeaderGrace)
 }
 
 // leaderWithin reports whether this node knew a Raft leader within d.
@@ -166,7 +166,7 @@ func (ms *membership) list() ([]MemberInfo, string) {
 		if gm.Parsed {
 			m.Name, m.GRPCAddr, m.RaftAddr, m.HTTPAddr = gm.Meta.Name, gm.Meta.GRPCAddr, gm.Meta.RaftAddr, gm.Meta.HTTPAddr
 			m.ClockSkew = time.Duration(gm.Meta.SkewMS) * time.Millisecond
-			m.Version, m.Revision, m.Protocols = gm.Meta.Version, gm.Meta.Revision, gm.Meta.protocols()
+			m.Version, m.Revision, m.Protocols = gm.Meta.Version, gm.Meta.Revision, gm.Meta.Protocols()
 		}
 	}
 	_, leader := n.rs.raft.LeaderWithID()

@@ -19,25 +19,25 @@ var errNoProber = errors.New("no prober configured")
 
 // probeAll asks every key's address who it is, probeParallel at a time,
 // each within probeTimeout (sooner if the node shuts down).
-func (ms *membership) probeAll(keys map[probeKey]bool) map[probeKey]probeAnswer {
-	out := make(map[probeKey]probeAnswer, len(keys))
+func (ms *membership) probeAll(keys map[ProbeKey]bool) map[ProbeKey]ProbeAnswer {
+	out := make(map[ProbeKey]ProbeAnswer, len(keys))
 	if len(keys) == 0 {
 		return out
 	}
 	var (
 		mu  sync.Mutex
 		wg  sync.WaitGroup
-		sem = make(chan struct{}, probeParallel)
+		sem = make(chan struct{}, ProbeParallel)
 	)
 	for k := range keys {
 		wg.Add(1)
 		sem <- struct{}{}
-		go func(k probeKey) {
+		go func(k ProbeKey) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			st, err := ms.probe(k.addr)
+			st, err := ms.probe(k.Addr)
 			mu.Lock()
-			out[k] = probeAnswer{st, err}
+			out[k] = ProbeAnswer{st, err}
 			mu.Unlock()
 		}(k)
 	}
@@ -50,7 +50,7 @@ func (ms *membership) probe(addr string) (Status, error) {
 	if n.cfg.Prober == nil {
 		return Status{}, errNoProber
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), ProbeTimeout)
 	defer cancel()
 	go func() {
 		select {
@@ -67,22 +67,22 @@ func (ms *membership) probe(addr string) (Status, error) {
 func (rc *reconciler) refuse(id, name, action string, err error) {
 	n := rc.n
 	kind := err
-	for _, s := range []error{errProbeUnanswered, errProbeOtherNode, errProbeLeaving, errProbeRaftAddr, errProbeCluster, errProbeBehind, errNoProber, ErrProtocol, errProbeNoClaim} {
+	for _, s := range []error{ErrProbeUnanswered, ErrProbeOtherNode, ErrProbeLeaving, ErrProbeRaftAddr, ErrProbeCluster, ErrProbeBehind, errNoProber, ErrProtocol, ErrProbeNoClaim} {
 		if errors.Is(err, s) {
 			kind = s
 			break
 		}
 	}
 	key := action + ": " + kind.Error()
-	if rc.leaderState.refused[id] == key {
+	if rc.leaderState.Refused[id] == key {
 		return
 	}
-	rc.leaderState.refused[id] = key
-	if errors.Is(err, errProbeBehind) || errors.Is(err, errProbeLeaving) {
+	rc.leaderState.Refused[id] = key
+	if errors.Is(err, ErrProbeBehind) || errors.Is(err, ErrProbeLeaving) {
 		n.logger.Info(action, "id", id, "name", name, "reason", err)
 		return
 	}
-	if errors.Is(err, ErrProtocol) || errors.Is(err, errProbeNoClaim) {
+	if errors.Is(err, ErrProtocol) || errors.Is(err, ErrProbeNoClaim) {
 		n.logger.Warn(action+": it cannot take part in this cluster", "id", id, "name", name, "reason", err)
 		return
 	}

@@ -50,8 +50,8 @@ func (fp *simFaultPlan) wipe(n *simNode) {
 	if n.up {
 		n.crash()
 	}
-	fp.w.net.ghosts = append(fp.w.net.ghosts, gossipMember{ID: n.id, Parsed: true, State: MemberDead, Since: fp.w.base.Add(fp.w.now),
-		Meta: meta{Name: n.name(), GRPCAddr: grpcAddr(n.addr), RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(), Member: true}})
+	fp.w.net.ghosts = append(fp.w.net.ghosts, GossipMember{ID: n.id, Parsed: true, State: MemberDead, Since: fp.w.base.Add(fp.w.now),
+		Meta: Meta{Name: n.name(), GRPCAddr: grpcAddr(n.addr), RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(), Member: true}})
 	n.life++
 	n.left = false
 	n.id, n.nm = fp.w.newNodeID(n.addr, n.life), fmt.Sprintf("%d.%d", n.addr, n.life)
@@ -138,7 +138,7 @@ func (fp *simFaultPlan) doom() {
 			fp.replacement = n.cl
 		}
 	}
-	fp.replacement.meetAt = fp.w.now + leaderGrace + time.Duration(fp.w.r.Int63n(int64(simMaxAhead)))
+	fp.replacement.meetAt = fp.w.now + LeaderGrace + time.Duration(fp.w.r.Int63n(int64(simMaxAhead)))
 }
 
 // home is the cluster a node without one joins: the replacement a doomed
@@ -178,15 +178,15 @@ func (fp *simFaultPlan) meet(y, o *simCluster) {
 	ay, ao := fp.age(y), fp.age(o)
 	var win, lose *simCluster
 	switch {
-	case !ay.outranks(ao):
+	case !ay.Outranks(ao):
 		win, lose = o, y
-	case !ao.outranks(ay):
+	case !ao.Outranks(ay):
 		win, lose = y, o
 	default:
 		return // neither serves: neither stops, and the meeting goes on
 	}
 	win.won = win.won || win.younger
-	if aw, al := fp.age(win), fp.age(lose); al.serving && !aw.serving {
+	if aw, al := fp.age(win), fp.age(lose); al.Serving && !aw.Serving {
 		fp.w.fail("%s stopped on meeting %s: it serves (%s) and the other cannot (%s)", lose.id, win.id, al, aw)
 		return
 	}
@@ -202,9 +202,9 @@ func (fp *simFaultPlan) meet(y, o *simCluster) {
 // age is what a member of c says of its cluster when another cluster's
 // node asks (its Status): serving while it knows a leader, within
 // leaderGrace of the last ready one (Node.leaderKnown).
-func (fp *simFaultPlan) age(c *simCluster) clusterAge {
-	serving := c.servedAt != 0 && fp.w.now-c.servedAt < leaderGrace
-	return clusterAge{identity: identity{ID: c.id, Created: c.truth.Created}, history: coarseIndex(uint64(len(c.log))), serving: serving}
+func (fp *simFaultPlan) age(c *simCluster) ClusterAge {
+	serving := c.servedAt != 0 && fp.w.now-c.servedAt < LeaderGrace
+	return ClusterAge{Identity: Identity{ID: c.id, Created: c.truth.Created}, History: CoarseIndex(uint64(len(c.log))), Serving: serving}
 }
 
 // inGossip: c's nodes are in the network's gossip: a younger cluster
@@ -222,19 +222,19 @@ func (fp *simFaultPlan) fenceMet(c *simCluster) {
 	if l == nil || !l.ready || !l.awake() || l.conflict || !o.quorum() {
 		return
 	}
-	proofs := []foreignProof{{id: c.id, cluster: c.id, slot: -1, windows: c.truth.GrantedWindows(), layout: simLayout}}
+	proofs := []ForeignProof{{ID: c.id, Cluster: c.id, Slot: -1, Windows: c.truth.GrantedWindows(), Layout: simLayout}}
 	for _, n := range fp.w.nodes {
 		if n.cl == c && n.up && n.gen != nil {
-			proofs = append(proofs, foreignProof{id: n.id, cluster: c.id, slot: n.gen.Slot(), granted: n.gen.Granted(), layout: simLayout})
+			proofs = append(proofs, ForeignProof{ID: n.id, Cluster: c.id, Slot: n.gen.Slot(), Granted: n.gen.Granted(), Layout: simLayout})
 		}
 	}
 	l.catchUp(len(o.log))
-	for _, f := range foreignFences(proofs, simLayout) {
-		for _, cmd := range fenceCommands(l.replica, f, o.id) {
+	for _, f := range ForeignFences(proofs, simLayout) {
+		for _, cmd := range FenceCommands(l.replica, f, o.id) {
 			idx, res := o.appendEntry(cmd)
 			l.catchUp(int(idx))
 			fp.fences++
-			fp.w.logf("%s fences slot %d of %s up to %d: %s at %d: %v", l.name(), f.slot, c.id, f.upTo, cmd.Type, idx, res)
+			fp.w.logf("%s fences slot %d of %s up to %d: %s at %d: %v", l.name(), f.Slot, c.id, f.UpTo, cmd.Type, idx, res)
 			return
 		}
 	}

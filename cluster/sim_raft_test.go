@@ -174,7 +174,7 @@ func (c *simCluster) elect(n *simNode) {
 	c.leader = n
 	c.electAt = 0
 	n.ledAt = c.w.now
-	n.ls = newLeaderState()
+	n.ls = NewLeaderState()
 	n.ready = false
 	n.initWait, n.initAt = 0, 0
 	n.deposedUntil = 0
@@ -240,7 +240,7 @@ type simNode struct {
 	gone   bool
 
 	// leader side
-	ls           leaderState   // reconcile's bookkeeping, new with each leadership
+	ls           LeaderState   // reconcile's bookkeeping, new with each leadership
 	ready        bool          // past its Barrier
 	deposedUntil time.Duration // a deposed leader still answers until then
 	clocks       core.ClockBook

@@ -112,7 +112,7 @@ func (cw *copyWatch) tellAll(to []string, about string) {
 		return
 	}
 	for _, addr := range to {
-		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), ProbeTimeout)
 		if err := t.TellCopy(ctx, addr, about); err != nil {
 			n.logger.Warn("tell a node of a copy of a node identity", "to", addr, "copy_grpc_addr", about, "err", err)
 		}

@@ -21,8 +21,8 @@ import (
 // non-voter unproven, a probe backed off); nothing here reads a clock, Raft,
 // gossip or the network.
 
-// memberView is what one reconcile sweep reads.
-type memberView struct {
+// MemberView is what one reconcile sweep reads.
+type MemberView struct {
 	// Self is this leader's node ID, SelfRaftAddr the Raft address it
 	// advertises now, Own its cluster. SelfSpeaksAs is the address its Raft
 	// RPCs name (resolved), which its followers report as their leader's.
@@ -31,10 +31,10 @@ type memberView struct {
 	// reports as its last applied command (logmatch.go); nil: not checked.
 	LogHolds func(index, hash uint64) error
 	// Servers is Raft's configuration.
-	Servers []server
+	Servers []Server
 	// Members is gossip's view, by node ID; Addable says of each whether
 	// it may be added (addable: of this cluster, or fresh).
-	Members map[string]gossipMember
+	Members map[string]GossipMember
 	Addable map[string]bool
 	// StateAddr is the gRPC address each node's own Claim recorded in the
 	// replica; StateOnly the nodes (sorted) in the replica but not in Raft.
@@ -58,13 +58,13 @@ type memberView struct {
 }
 
 // raftAnsweredSince: server id answered this leader's Raft at or after t.
-func (v *memberView) raftAnsweredSince(id string, t time.Time) bool {
+func (v *MemberView) raftAnsweredSince(id string, t time.Time) bool {
 	return v.RaftAnswered != nil && !v.RaftAnswered(id).Before(t)
 }
 
 // protocols is the range a member must share with the servers to be added
 // or promoted.
-func (v *memberView) protocols() ProtocolRange {
+func (v *MemberView) protocols() ProtocolRange {
 	if v.Protocols == (ProtocolRange{}) {
 		return core.OwnProtocols
 	}
@@ -75,14 +75,14 @@ func (v *memberView) protocols() ProtocolRange {
 type memberActKind int
 
 const (
-	actOwnAddr     memberActKind = iota // re-add this leader at Addr, keeping its suffrage (Voter)
-	actReap                             // remove ID from the state and Raft, for Why
-	actRefuse                           // log once why nothing is done for ID (Name, Why, Err)
-	actNote                             // log Why for ID at debug level: nothing is done
-	actWait                             // log Why for ID: nothing is done yet
-	actAddNonvoter                      // add ID (Name) at Raft address Addr as a non-voter
-	actMoveAddr                         // re-add ID at Addr, keeping its suffrage (Voter)
-	actPromote                          // make the non-voter ID at Addr a voter
+	ActOwnAddr     memberActKind = iota // re-add this leader at Addr, keeping its suffrage (Voter)
+	ActReap                             // remove ID from the state and Raft, for Why
+	ActRefuse                           // log once why nothing is done for ID (Name, Why, Err)
+	ActNote                             // log Why for ID at debug level: nothing is done
+	ActWait                             // log Why for ID: nothing is done yet
+	ActAddNonvoter                      // add ID (Name) at Raft address Addr as a non-voter
+	ActMoveAddr                         // re-add ID at Addr, keeping its suffrage (Voter)
+	ActPromote                          // make the non-voter ID at Addr a voter
 )
 
 func (k memberActKind) String() string {
@@ -94,9 +94,9 @@ func (k memberActKind) String() string {
 
 var memberActNames = []string{"update own address", "reap", "refuse", "note", "wait", "add non-voter", "move", "promote"}
 
-// memberAction is one thing a sweep does, in the order sweepActions lists
+// MemberAction is one thing a sweep does, in the order sweepActions lists
 // them: reaps first, then additions, moves and promotions.
-type memberAction struct {
+type MemberAction struct {
 	Kind           memberActKind
 	ID, Name, Addr string
 	Voter          bool
@@ -107,38 +107,38 @@ type memberAction struct {
 }
 
 // alive: gossip shows id alive.
-func (v *memberView) alive(id string) bool {
+func (v *MemberView) alive(id string) bool {
 	m, seen := v.Members[id]
 	return seen && m.State == MemberAlive
 }
 
 // addrsOf is where id may answer (probeAddrs).
-func (v *memberView) addrsOf(ls *leaderState, id string) []string {
+func (v *MemberView) addrsOf(ls *LeaderState, id string) []string {
 	m, seen := v.Members[id]
 	return probeAddrs(id, ls.provenAddr[id], v.StateAddr[id], m, seen)
 }
 
 // memberIDs is gossip's members, sorted.
-func (v *memberView) memberIDs() []string { return slices.Sorted(maps.Keys(v.Members)) }
+func (v *MemberView) memberIDs() []string { return slices.Sorted(maps.Keys(v.Members)) }
 
 // candidate: gossip shows m alive with a Raft address, it is not this
 // leader, and it may be added.
-func (v *memberView) candidate(id string, m gossipMember) bool {
+func (v *MemberView) candidate(id string, m GossipMember) bool {
 	return m.State == MemberAlive && m.Parsed && m.Meta.RaftAddr != "" && id != v.Self && v.Addable[id]
 }
 
-func joinKey(m gossipMember) string { return m.Meta.GRPCAddr + " " + m.Meta.RaftAddr }
+func joinKey(m GossipMember) string { return m.Meta.GRPCAddr + " " + m.Meta.RaftAddr }
 
-// sweepProbes decides whom a sweep asks who they are, and which servers and
+// SweepProbes decides whom a sweep asks who they are, and which servers and
 // slot holders may be gone: shown left by gossip (true), or away from it for
 // half of ReapAfter (false), so that they are asked on every sweep across the
 // second half before sweepActions removes any. It keeps absentSince and
 // unanswered current.
-func (ls *leaderState) sweepProbes(v *memberView) (probes map[probeKey]bool, gone map[string]bool) {
-	probes, gone = map[probeKey]bool{}, map[string]bool{}
+func (ls *LeaderState) SweepProbes(v *MemberView) (probes map[ProbeKey]bool, gone map[string]bool) {
+	probes, gone = map[ProbeKey]bool{}, map[string]bool{}
 	ask := func(id string) {
 		for _, a := range v.addrsOf(ls, id) {
-			probes[probeKey{id, a}] = true
+			probes[ProbeKey{id, a}] = true
 		}
 	}
 	absent := func(id string) {
@@ -173,7 +173,7 @@ func (ls *leaderState) sweepProbes(v *memberView) (probes map[probeKey]bool, gon
 			delete(ls.unanswered, id)
 		}
 	}
-	inRaft := serversByID(v.Servers)
+	inRaft := ServersByID(v.Servers)
 	for _, id := range v.memberIDs() {
 		m := v.Members[id]
 		if !v.candidate(id, m) {
@@ -189,15 +189,15 @@ func (ls *leaderState) sweepProbes(v *memberView) (probes map[probeKey]bool, gon
 	return probes, gone
 }
 
-func serversByID(servers []server) map[string]server {
-	out := make(map[string]server, len(servers))
+func ServersByID(servers []Server) map[string]Server {
+	out := make(map[string]Server, len(servers))
 	for _, s := range servers {
 		out[s.ID] = s
 	}
 	return out
 }
 
-// sweepActions decides what a sweep does with the answers to its probes:
+// SweepActions decides what a sweep does with the answers to its probes:
 // remove servers (and free the slots of nodes not in Raft) that are gone,
 // unless they still answer as members of this cluster (then the gossip news
 // is false: anyone with the gossip key can send it); add alive members that
@@ -207,16 +207,16 @@ func serversByID(servers []server) map[string]server {
 // removes the leader itself. It keeps the leader's bookkeeping current, as
 // if every action succeeds; the shell reports a reap, addition or promotion
 // that failed by not calling reaped, added or promoted.
-func (ls *leaderState) sweepActions(v *memberView, gone map[string]bool, answers map[probeKey]probeAnswer) []memberAction {
-	var out []memberAction
+func (ls *LeaderState) SweepActions(v *MemberView, gone map[string]bool, answers map[ProbeKey]ProbeAnswer) []MemberAction {
+	var out []MemberAction
 	answer := func(id string) (Status, error) {
-		st, addr, err := answerOf(id, v.addrsOf(ls, id), answers)
+		st, addr, err := AnswerOf(id, v.addrsOf(ls, id), answers)
 		if err == nil {
 			ls.provenAddr[id] = addr
 		}
 		return st, err
 	}
-	inRaft := serversByID(v.Servers)
+	inRaft := ServersByID(v.Servers)
 	voters := 0
 	for _, s := range v.Servers {
 		if s.Voter {
@@ -227,7 +227,7 @@ func (ls *leaderState) sweepActions(v *memberView, gone map[string]bool, answers
 	// A leader that restarted on a new address still has its old one in the
 	// configuration; other servers would dial that after it steps down.
 	if s, ok := inRaft[v.Self]; ok && s.Address != v.SelfRaftAddr {
-		out = append(out, memberAction{Kind: actOwnAddr, ID: v.Self, Addr: v.SelfRaftAddr, Voter: s.Voter, Why: s.Address})
+		out = append(out, MemberAction{Kind: ActOwnAddr, ID: v.Self, Addr: v.SelfRaftAddr, Voter: s.Voter, Why: s.Address})
 	}
 
 	// Gone servers first, in configuration order, then slot holders. What
@@ -246,10 +246,10 @@ func (ls *leaderState) sweepActions(v *memberView, gone map[string]bool, answers
 		away := v.Now.Sub(ls.absentSince[id])
 		due := left || away >= v.ReapAfter
 		st, err := answer(id)
-		if errors.Is(err, errProbeOtherNode) { // an authenticated answer: another node is there now
+		if errors.Is(err, ErrProbeOtherNode) { // an authenticated answer: another node is there now
 			delete(ls.unanswered, id)
 			if due {
-				out = append(out, memberAction{Kind: actReap, ID: id, Why: fmt.Sprintf("%s; %v", why, err)})
+				out = append(out, MemberAction{Kind: ActReap, ID: id, Why: fmt.Sprintf("%s; %v", why, err)})
 			}
 			return
 		}
@@ -266,7 +266,7 @@ func (ls *leaderState) sweepActions(v *memberView, gone map[string]bool, answers
 			if v.raftAnsweredSince(id, v.Now.Add(-v.ReapAfter/2)) {
 				// Its gRPC port is kept from the leader (full, or cut), and
 				// gossip's news may be forged, but it answers Raft: it is here.
-				out = append(out, memberAction{Kind: actRefuse, ID: id, Name: v.Members[id].Meta.Name, Why: "not removing a member whose probes fail",
+				out = append(out, MemberAction{Kind: ActRefuse, ID: id, Name: v.Members[id].Meta.Name, Why: "not removing a member whose probes fail",
 					Err: fmt.Errorf("its probes fail, but it answered this leader's raft heartbeats at %s",
 						v.RaftAnswered(id).UTC().Format(time.RFC3339))})
 				return
@@ -275,23 +275,23 @@ func (ls *leaderState) sweepActions(v *memberView, gone map[string]bool, answers
 			if left {
 				news = "shown left by gossip, which it never confirmed,"
 			}
-			out = append(out, memberAction{Kind: actReap, ID: id, Why: fmt.Sprintf("%s; %s for %v and %d probes over %v unanswered: %v",
+			out = append(out, MemberAction{Kind: ActReap, ID: id, Why: fmt.Sprintf("%s; %s for %v and %d probes over %v unanswered: %v",
 				why, news, away.Round(time.Second), u.probes, v.Now.Sub(u.since).Round(time.Second), err)})
 			return
 		}
 		delete(ls.unanswered, id)
 		switch {
 		case st.Leaving:
-			out = append(out, memberAction{Kind: actReap, ID: id, Why: why + "; it says it is leaving"})
+			out = append(out, MemberAction{Kind: ActReap, ID: id, Why: why + "; it says it is leaving"})
 		case st.ClusterID == v.Own:
 			news := "gone from gossip"
 			if left {
 				news = "left"
 			}
-			out = append(out, memberAction{Kind: actRefuse, ID: id, Name: v.Members[id].Meta.Name, Why: "not removing a member gossip shows as " + news,
+			out = append(out, MemberAction{Kind: ActRefuse, ID: id, Name: v.Members[id].Meta.Name, Why: "not removing a member gossip shows as " + news,
 				Err: errors.New("it answers over the authenticated transport as a member of this cluster")})
 		case due:
-			out = append(out, memberAction{Kind: actReap, ID: id, Why: fmt.Sprintf("%s; %v (it names cluster %q)", why, errProbeCluster, st.ClusterID)})
+			out = append(out, MemberAction{Kind: ActReap, ID: id, Why: fmt.Sprintf("%s; %v (it names cluster %q)", why, ErrProbeCluster, st.ClusterID)})
 		}
 	}
 	for _, s := range v.Servers {
@@ -311,7 +311,7 @@ func (ls *leaderState) sweepActions(v *memberView, gone map[string]bool, answers
 		s, ok := inRaft[id]
 		if !v.Addable[id] {
 			if !ok {
-				out = append(out, memberAction{Kind: actNote, ID: id, Why: "not adding a member of another or an unnamed cluster: " + m.Meta.ClusterID})
+				out = append(out, MemberAction{Kind: ActNote, ID: id, Why: "not adding a member of another or an unnamed cluster: " + m.Meta.ClusterID})
 			}
 			continue
 		}
@@ -329,13 +329,13 @@ func (ls *leaderState) sweepActions(v *memberView, gone map[string]bool, answers
 			if err == nil {
 				// A copy of this server's data dir that leads its own log
 				// answers as this server, at its own address.
-				err = v.followsNoOther(st)
+				err = v.FollowsNoOther(st)
 			}
 			if err != nil {
-				out = append(out, memberAction{Kind: actRefuse, ID: id, Name: m.Meta.Name, Why: "not moving a server to the raft address gossip shows", Err: err})
+				out = append(out, MemberAction{Kind: ActRefuse, ID: id, Name: m.Meta.Name, Why: "not moving a server to the raft address gossip shows", Err: err})
 				continue
 			}
-			out = append(out, memberAction{Kind: actMoveAddr, ID: id, Addr: m.Meta.RaftAddr, Voter: s.Voter, Why: s.Address})
+			out = append(out, MemberAction{Kind: ActMoveAddr, ID: id, Addr: m.Meta.RaftAddr, Voter: s.Voter, Why: s.Address})
 		case s.Voter:
 			delete(ls.nonvoterSince, id)
 			delete(ls.unprovenSince, id)
@@ -350,31 +350,31 @@ func (ls *leaderState) sweepActions(v *memberView, gone map[string]bool, answers
 	// Forget backoffs of members gossip no longer shows alive, and wake the
 	// leader loop when the next backed-off probe is due (one already due
 	// waits for the next sweep or event: it may not be asked again at all).
-	ls.wake = time.Time{}
+	ls.Wake = time.Time{}
 	for id, b := range ls.backoff {
 		if v.Members[id].State != MemberAlive {
 			delete(ls.backoff, id)
 			continue
 		}
-		if b.next.After(v.Now) && (ls.wake.IsZero() || b.next.Before(ls.wake)) {
-			ls.wake = b.next
+		if b.next.After(v.Now) && (ls.Wake.IsZero() || b.next.Before(ls.Wake)) {
+			ls.Wake = b.next
 		}
 	}
 	return out
 }
 
-// followsNoOther: a member that follows another Raft leader, or whose last
+// FollowsNoOther: a member that follows another Raft leader, or whose last
 // applied entry this leader's log does not hold, is of another log with this
 // cluster's ID (a copy of a lone seed's data dir leads its own), and is
 // never added, promoted or moved: the two logs must never exchange entries
 // (logmatch.go). The other leader is told apart by the address it speaks
 // from, since a copy has this leader's very ID.
-func (v *memberView) followsNoOther(st Status) error {
+func (v *MemberView) FollowsNoOther(st Status) error {
 	if st.Stopped != nil && *st.Stopped {
 		return errProbeStopped // a copy that stopped for good takes no part
 	}
 	if st.LeaderID != "" && (st.LeaderID != v.Self || v.SelfSpeaksAs != "" && st.LeaderAddr != v.SelfSpeaksAs) {
-		return fmt.Errorf("%w (its leader is %s at %s)", errProbeOtherLeader, st.LeaderID, st.LeaderAddr)
+		return fmt.Errorf("%w (its leader is %s at %s)", ErrProbeOtherLeader, st.LeaderID, st.LeaderAddr)
 	}
 	if v.LogHolds != nil {
 		return v.LogHolds(st.AppliedCommand, st.AppliedCommandHash)
@@ -388,26 +388,26 @@ func (v *memberView) followsNoOther(st Status) error {
 // address; Raft refuses two servers on one address, so the old one goes, but
 // only once gossip no longer sees it alive: otherwise the two would take the
 // address from each other on every sweep.
-func (ls *leaderState) join(v *memberView, out []memberAction, id string, m gossipMember, answer func(string) (Status, error)) []memberAction {
+func (ls *LeaderState) join(v *MemberView, out []MemberAction, id string, m GossipMember, answer func(string) (Status, error)) []MemberAction {
 	if ls.backedOff(id, joinKey(m), v.Now) {
 		return out
 	}
 	st, err := answer(id)
 	if err == nil {
-		err = joinProof(st, m.Meta.RaftAddr, v.Own)
+		err = JoinProof(st, m.Meta.RaftAddr, v.Own)
 	}
 	if err == nil {
-		err = v.followsNoOther(st)
+		err = v.FollowsNoOther(st)
 	}
 	if err == nil {
 		err = core.JoinProtocol(st.Protocols, v.protocols())
 	}
 	if err == nil {
-		err = canTakePart(st, v.Layout)
+		err = CanTakePart(st, v.Layout)
 	}
 	if err != nil {
 		ls.probeFailed(id, joinKey(m), v.Now)
-		return append(out, memberAction{Kind: actRefuse, ID: id, Name: m.Meta.Name, Why: "not adding a gossip member to raft", Err: err})
+		return append(out, MemberAction{Kind: ActRefuse, ID: id, Name: m.Meta.Name, Why: "not adding a gossip member to raft", Err: err})
 	}
 	delete(ls.backoff, id)
 	taken := false
@@ -419,33 +419,33 @@ func (ls *leaderState) join(v *memberView, out []memberAction, id string, m goss
 			taken = true
 			continue
 		}
-		out = append(out, memberAction{Kind: actReap, ID: old.ID, Why: "address taken over by " + id})
+		out = append(out, MemberAction{Kind: ActReap, ID: old.ID, Why: "address taken over by " + id})
 	}
 	if taken {
-		return append(out, memberAction{Kind: actWait, ID: id, Addr: m.Meta.RaftAddr,
+		return append(out, MemberAction{Kind: ActWait, ID: id, Addr: m.Meta.RaftAddr,
 			Why: "waiting for the old owner of a raft address to fail before adding its successor"})
 	}
-	return append(out, memberAction{Kind: actAddNonvoter, ID: id, Name: m.Meta.Name, Addr: m.Meta.RaftAddr})
+	return append(out, MemberAction{Kind: ActAddNonvoter, ID: id, Name: m.Meta.Name, Addr: m.Meta.RaftAddr})
 }
 
 // promotion decides on a non-voter: promote it once it has answered as a
 // member following this log for a sweep and voters < maxVoters; remove it
 // once it has not proved itself for ReapAfter. It reports whether it
 // promotes.
-func (ls *leaderState) promotion(v *memberView, out []memberAction, id string, m gossipMember, s server, voters int,
-	answer func(string) (Status, error)) ([]memberAction, bool) {
+func (ls *LeaderState) promotion(v *MemberView, out []MemberAction, id string, m GossipMember, s Server, voters int,
+	answer func(string) (Status, error)) ([]MemberAction, bool) {
 	st, err := answer(id)
 	if err == nil {
 		err = promoteProof(st, s.Address, v.Own, v.LeaderApplied)
 	}
 	if err == nil {
-		err = v.followsNoOther(st)
+		err = v.FollowsNoOther(st)
 	}
 	if err == nil {
 		err = core.JoinProtocol(st.Protocols, v.protocols())
 	}
 	if err == nil {
-		err = canTakePart(st, v.Layout)
+		err = CanTakePart(st, v.Layout)
 	}
 	if err != nil {
 		if _, ok := ls.unprovenSince[id]; !ok {
@@ -453,50 +453,50 @@ func (ls *leaderState) promotion(v *memberView, out []memberAction, id string, m
 		}
 		// (One that only goes unanswered while it answers Raft is not
 		// removed: its gRPC port is kept from the leader, not gone.)
-		kept := errors.Is(err, errProbeUnanswered) && v.raftAnsweredSince(id, v.Now.Add(-v.ReapAfter/2))
+		kept := errors.Is(err, ErrProbeUnanswered) && v.raftAnsweredSince(id, v.Now.Add(-v.ReapAfter/2))
 		if v.Now.Sub(ls.unprovenSince[id]) >= v.ReapAfter && !kept {
 			delete(ls.unprovenSince, id)
-			return append(out, memberAction{Kind: actReap, ID: id, Why: fmt.Sprintf("a non-voter that has not proved itself for reap-after: %v", err)}), false
+			return append(out, MemberAction{Kind: ActReap, ID: id, Why: fmt.Sprintf("a non-voter that has not proved itself for reap-after: %v", err)}), false
 		}
-		return append(out, memberAction{Kind: actRefuse, ID: id, Name: m.Meta.Name, Why: "not promoting a non-voter", Err: err}), false
+		return append(out, MemberAction{Kind: ActRefuse, ID: id, Name: m.Meta.Name, Why: "not promoting a non-voter", Err: err}), false
 	}
 	delete(ls.unprovenSince, id)
 	if err := shownToTakePart(st, v.Holders[id]); err != nil {
-		return append(out, memberAction{Kind: actRefuse, ID: id, Name: m.Meta.Name, Why: "not promoting a non-voter", Err: err}), false
+		return append(out, MemberAction{Kind: ActRefuse, ID: id, Name: m.Meta.Name, Why: "not promoting a non-voter", Err: err}), false
 	}
-	delete(ls.refused, id)
+	delete(ls.Refused, id)
 	since, ok := ls.nonvoterSince[id]
 	if !ok {
 		ls.nonvoterSince[id] = v.Now
 		return out, false
 	}
 	if voters < maxVoters && v.Now.Sub(since) >= time.Second {
-		return append(out, memberAction{Kind: actPromote, ID: id, Addr: s.Address}), true
+		return append(out, MemberAction{Kind: ActPromote, ID: id, Addr: s.Address}), true
 	}
 	return out, false
 }
 
-// reaped, added, moved and promoted are the bookkeeping after an action of
+// Reaped, added, moved and promoted are the bookkeeping after an action of
 // that kind succeeded.
-func (ls *leaderState) reaped(id string) {
+func (ls *LeaderState) Reaped(id string) {
 	delete(ls.absentSince, id)
 	delete(ls.unanswered, id)
 	delete(ls.unprovenSince, id)
 	delete(ls.provenAddr, id)
-	delete(ls.refused, id)
+	delete(ls.Refused, id)
 }
 
-func (ls *leaderState) added(id string, now time.Time) {
+func (ls *LeaderState) Added(id string, now time.Time) {
 	ls.nonvoterSince[id] = now
-	delete(ls.refused, id)
+	delete(ls.Refused, id)
 }
 
-func (ls *leaderState) moved(id string) { delete(ls.refused, id) }
+func (ls *LeaderState) Moved(id string) { delete(ls.Refused, id) }
 
-func (ls *leaderState) promoted(id string) { delete(ls.nonvoterSince, id) }
+func (ls *LeaderState) Promoted(id string) { delete(ls.nonvoterSince, id) }
 
-// leaderState is what the leader loop remembers between sweeps.
-type leaderState struct {
+// LeaderState is what the leader loop remembers between sweeps.
+type LeaderState struct {
 	// absentSince: Raft servers that gossip does not show as alive, and since when.
 	absentSince map[string]time.Time
 	// nonvoterSince: when a server was first seen as a non-voter, to promote
@@ -511,43 +511,43 @@ type leaderState struct {
 	// backoff: members not in Raft whose probe failed, and when to ask again;
 	// wake is the earliest of those times (zero for none).
 	backoff map[string]probeBackoff
-	wake    time.Time
-	// refused: the last reason logged for not acting on a member.
-	refused map[string]string
+	Wake    time.Time
+	// Refused: the last reason logged for not acting on a member.
+	Refused map[string]string
 	// unanswered: servers and slot holders gossip shows away whose probes
 	// have failed since they last answered (sweepActions).
 	unanswered map[string]unansweredRun
 }
 
-func newLeaderState() leaderState {
-	return leaderState{
+func NewLeaderState() LeaderState {
+	return LeaderState{
 		absentSince: map[string]time.Time{}, nonvoterSince: map[string]time.Time{}, unprovenSince: map[string]time.Time{},
-		provenAddr: map[string]string{}, backoff: map[string]probeBackoff{}, refused: map[string]string{},
+		provenAddr: map[string]string{}, backoff: map[string]probeBackoff{}, Refused: map[string]string{},
 		unanswered: map[string]unansweredRun{},
 	}
 }
 
-// founderCheck is establish's decision on the founding leader's clock now
+// FounderCheck is establish's decision on the founding leader's clock now
 // and the cluster's time ct (known: a quorum of the founding voters'
 // clocks stands behind it): wait for a quorum, hand off when now is off ct
 // by more than maxSkew or outside layout l, refuse when ct itself is.
-func founderCheck(l generator.Layout, now, ct time.Time, known bool, maxSkew time.Duration) error {
+func FounderCheck(l generator.Layout, now, ct time.Time, known bool, maxSkew time.Duration) error {
 	inRange := func(t time.Time) bool { u := l.Units(t); return u >= 0 && u <= l.MaxTimestamp() }
 	switch off := now.Sub(ct); {
 	case !known:
-		return errAwaitingClocks
+		return ErrAwaitingClocks
 	case off > maxSkew || off < -maxSkew:
-		return fmt.Errorf("%w: it is %v off the founding voters' time (max skew %v)", errFounderClock, off.Round(time.Millisecond), maxSkew)
+		return fmt.Errorf("%w: it is %v off the founding voters' time (max skew %v)", ErrFounderClock, off.Round(time.Millisecond), maxSkew)
 	case !inRange(ct):
 		return fmt.Errorf("the founding voters' time %s is outside layout %s (its epoch %s): fix their time source; no cluster can be founded before",
 			ct.UTC().Format(time.RFC3339), l, l.Time(0).UTC().Format(time.RFC3339))
 	case !inRange(now):
-		return fmt.Errorf("%w: it reads %s, outside layout %s", errFounderClock, now.UTC().Format(time.RFC3339), l)
+		return fmt.Errorf("%w: it reads %s, outside layout %s", ErrFounderClock, now.UTC().Format(time.RFC3339), l)
 	}
 	return nil
 }
 
-// fenceCommands is fenceForeign's decision on one proven foreign window f
+// FenceCommands is fenceForeign's decision on one proven foreign window f
 // over this leader's state s (only read): the entries that close it off.
 // A current tenure whose floor lies below the window's end is ended (a
 // Release in its holder's name) when the slot's highWater already reaches
@@ -555,61 +555,61 @@ func founderCheck(l generator.Layout, now, ct time.Time, known bool, maxSkew tim
 // tenure itself). A window outside the layout, or already below every
 // current tenure and highWater, needs nothing. A pure function: the node
 // carries its entries out in order.
-func fenceCommands(s *core.State, f foreignFence, own string) []core.Command {
-	if s.Layout == nil || f.otherLayout || f.slot < 0 || f.slot >= len(s.Slots) || f.upTo < 0 || f.upTo > s.Layout.MaxTimestamp() {
+func FenceCommands(s *core.State, f ForeignFence, own string) []core.Command {
+	if s.Layout == nil || f.OtherLayout || f.Slot < 0 || f.Slot >= len(s.Slots) || f.UpTo < 0 || f.UpTo > s.Layout.MaxTimestamp() {
 		return nil
 	}
-	sl := s.Slots[f.slot]
-	if sl.HighWater < f.upTo {
-		return []core.Command{{Type: core.CmdFence, Slot: f.slot, UpTo: f.upTo, Foreign: f.foreign, ClusterID: own}}
+	sl := s.Slots[f.Slot]
+	if sl.HighWater < f.UpTo {
+		return []core.Command{{Type: core.CmdFence, Slot: f.Slot, UpTo: f.UpTo, Foreign: f.Foreign, ClusterID: own}}
 	}
-	if t := s.FindTenure(f.slot, sl.Tenure); sl.Owner != "" && t != nil && t.Floor < f.upTo {
+	if t := s.FindTenure(f.Slot, sl.Tenure); sl.Owner != "" && t != nil && t.Floor < f.UpTo {
 		return []core.Command{{Type: core.CmdRelease, NodeID: sl.Owner, Tenure: sl.Tenure, ClusterID: own}}
 	}
 	return nil
 }
 
-// foreignFence is the largest window proven on one slot by another
+// ForeignFence is the largest window proven on one slot by another
 // cluster's members, in this cluster's layout units.
-type foreignFence struct {
-	slot    int
-	upTo    int64
-	foreign string
-	// otherLayout: the proof is of another layout than own (layout): not
+type ForeignFence struct {
+	Slot    int
+	UpTo    int64
+	Foreign string
+	// OtherLayout: the proof is of another layout than own (layout): not
 	// comparable, nothing is fenced.
-	otherLayout bool
-	layout      generator.Layout
+	OtherLayout bool
+	Layout      generator.Layout
 }
 
-// foreignFences picks, per slot, the largest window the proofs show, sorted
+// ForeignFences picks, per slot, the largest window the proofs show, sorted
 // by slot; a proof that names another layout than own becomes an
 // otherLayout entry (a proof that names none, from a node that knows no
 // layout yet, is taken as own's).
-func foreignFences(proofs []foreignProof, own generator.Layout) []foreignFence {
-	want := map[int]foreignFence{}
-	var other []foreignFence
+func ForeignFences(proofs []ForeignProof, own generator.Layout) []ForeignFence {
+	want := map[int]ForeignFence{}
+	var other []ForeignFence
 	for _, p := range proofs {
-		if p.layout != (generator.Layout{}) && p.layout != own {
-			if p.slot >= 0 || len(p.windows) > 0 {
-				other = append(other, foreignFence{slot: p.slot, foreign: p.cluster, otherLayout: true, layout: p.layout})
+		if p.Layout != (generator.Layout{}) && p.Layout != own {
+			if p.Slot >= 0 || len(p.Windows) > 0 {
+				other = append(other, ForeignFence{Slot: p.Slot, Foreign: p.Cluster, OtherLayout: true, Layout: p.Layout})
 			}
 			continue
 		}
 		add := func(slot int, upTo int64) {
-			if f, ok := want[slot]; slot >= 0 && (!ok || upTo > f.upTo) {
-				want[slot] = foreignFence{slot: slot, upTo: upTo, foreign: p.cluster}
+			if f, ok := want[slot]; slot >= 0 && (!ok || upTo > f.UpTo) {
+				want[slot] = ForeignFence{Slot: slot, UpTo: upTo, Foreign: p.Cluster}
 			}
 		}
-		add(p.slot, p.granted)
-		for slot, g := range p.windows {
+		add(p.Slot, p.Granted)
+		for slot, g := range p.Windows {
 			add(slot, g)
 		}
 	}
-	out := make([]foreignFence, 0, len(want)+len(other))
+	out := make([]ForeignFence, 0, len(want)+len(other))
 	for _, f := range want {
 		out = append(out, f)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].slot < out[j].slot })
+	sort.Slice(out, func(i, j int) bool { return out[i].Slot < out[j].Slot })
 	return append(out, other...)
 }
 
@@ -622,19 +622,19 @@ type unansweredRun struct {
 
 // Why establish wrote no Init yet.
 var (
-	// errAwaitingClocks: fewer than a quorum of the founding voters' clocks
+	// ErrAwaitingClocks: fewer than a quorum of the founding voters' clocks
 	// are known; the leader's clock polls bring them within seconds.
-	errAwaitingClocks = errors.New("waiting for a quorum of the founding voters' clocks")
-	// errFounderClock: this leader's clock is off the cluster's time, or
+	ErrAwaitingClocks = errors.New("waiting for a quorum of the founding voters' clocks")
+	// ErrFounderClock: this leader's clock is off the cluster's time, or
 	// outside the layout's range: another voter founds the cluster.
-	errFounderClock = errors.New("this leader's clock cannot found the cluster")
+	ErrFounderClock = errors.New("this leader's clock cannot found the cluster")
 )
 
 // maxVoters: members beyond this many stay non-voters.
 const maxVoters = 5
 
-// server is a server of Raft's configuration, as a sweep reads it.
-type server struct {
+// Server is a Server of Raft's configuration, as a sweep reads it.
+type Server struct {
 	ID, Address string
 	Voter       bool
 }

@@ -12,7 +12,7 @@ import (
 type twinBook struct {
 	mu     sync.Mutex
 	seen   map[string]time.Time    // by gRPC address
-	proofs map[string]foreignProof // by gRPC address
+	proofs map[string]ForeignProof // by gRPC address
 	first  map[string]time.Time    // when each address was first proven a copy
 	retry  map[string]time.Time    // by gRPC address
 }
@@ -49,7 +49,7 @@ func (b *twinBook) due(now time.Time, self string) []string {
 		p, proven := b.proofs[addr]
 		switch {
 		case now.Sub(at) > twinSightingTTL, addr == self:
-		case proven && now.Sub(p.at) < p.freshFor():
+		case proven && now.Sub(p.At) < p.FreshFor():
 		case now.Before(b.retry[addr]):
 		default:
 			out = append(out, addr)
@@ -66,33 +66,33 @@ func (b *twinBook) failed(addr string, now time.Time) {
 	if b.retry == nil {
 		b.retry = map[string]time.Time{}
 	}
-	b.retry[addr] = now.Add(foreignRetry)
+	b.retry[addr] = now.Add(ForeignRetry)
 }
 
 // prove records p and reports whether it is the address's first proof.
-func (b *twinBook) prove(p foreignProof) (first bool) {
+func (b *twinBook) prove(p ForeignProof) (first bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.proofs == nil {
-		b.proofs, b.first = map[string]foreignProof{}, map[string]time.Time{}
+		b.proofs, b.first = map[string]ForeignProof{}, map[string]time.Time{}
 	}
-	_, known := b.proofs[p.addr]
-	b.proofs[p.addr] = p
+	_, known := b.proofs[p.Addr]
+	b.proofs[p.Addr] = p
 	if !known {
-		b.first[p.addr] = p.at
+		b.first[p.Addr] = p.At
 	}
 	return !known
 }
 
 // copies returns the proofs of every copy that answered.
-func (b *twinBook) copies() []foreignProof {
+func (b *twinBook) copies() []ForeignProof {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := make([]foreignProof, 0, len(b.proofs))
+	out := make([]ForeignProof, 0, len(b.proofs))
 	for _, p := range b.proofs {
 		out = append(out, p)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].addr < out[j].addr })
+	sort.Slice(out, func(i, j int) bool { return out[i].Addr < out[j].Addr })
 	return out
 }
 
@@ -101,20 +101,20 @@ func (b *twinBook) copies() []foreignProof {
 // (contestedBy: its windows grow past any fence until it stops), and after
 // it stopped until its windows on the slot are fenced (fenced reports
 // whether the slot's highWater reaches upTo), within copyContestMax.
-func (b *twinBook) contests(id string, slot int, now time.Time, fenced func(slot int, upTo int64) bool) (foreignProof, bool) {
+func (b *twinBook) contests(id string, slot int, now time.Time, fenced func(slot int, upTo int64) bool) (ForeignProof, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if p, ok := contestedBy(b.proofs, b.first, id, slot, now, copyContestMax); ok {
+	if p, ok := ContestedBy(b.proofs, b.first, id, slot, now, copyContestMax); ok {
 		return p, true
 	}
 	for k, p := range b.proofs {
-		if now.Sub(b.first[k]) > copyContestMax || p.slot < 0 || !(id != "" && p.id == id || slot >= 0 && p.slot == slot) {
+		if now.Sub(b.first[k]) > copyContestMax || p.Slot < 0 || !(id != "" && p.ID == id || slot >= 0 && p.Slot == slot) {
 			continue
 		}
-		upTo := max(p.granted, p.windows[p.slot])
-		if !fenced(p.slot, upTo) {
+		upTo := max(p.Granted, p.Windows[p.Slot])
+		if !fenced(p.Slot, upTo) {
 			return p, true
 		}
 	}
-	return foreignProof{}, false
+	return ForeignProof{}, false
 }

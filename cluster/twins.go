@@ -47,18 +47,18 @@ const (
 // copy's lone log never learns of it), or, in groups of one size, started
 // earlier (the gRPC address breaks a tie). A pure decision: both copies
 // reach opposite answers from the same two answers.
-func copyRanks(mineServing bool, mineVoters int, mine int64, mineAddr string, other foreignProof) (stop bool) {
+func copyRanks(mineServing bool, mineVoters int, mine int64, mineAddr string, other ForeignProof) (stop bool) {
 	switch {
-	case !other.serving:
+	case !other.Serving:
 		return false
 	case !mineServing:
 		return true
-	case other.voters > 0 && mineVoters != other.voters:
-		return mineVoters < other.voters
-	case mine != other.started:
-		return mine > other.started
+	case other.Voters > 0 && mineVoters != other.Voters:
+		return mineVoters < other.Voters
+	case mine != other.Started:
+		return mine > other.Started
 	}
-	return mineAddr > other.addr
+	return mineAddr > other.Addr
 }
 
 // checkCopies asks every recent sighting who it is. An answer of this
@@ -77,29 +77,29 @@ func (cw *copyWatch) checkCopies() {
 	}
 	now := time.Now()
 	b := &cw.n.ident.copies
-	keys := map[probeKey]bool{}
+	keys := map[ProbeKey]bool{}
 	for _, addr := range b.due(now, n.cfg.GRPCAddr) {
-		keys[probeKey{"", addr}] = true
+		keys[ProbeKey{"", addr}] = true
 	}
 	answers := n.members.probeAll(keys)
 	// A member's copy is told from the member by the member's own answer at
 	// the address the cluster records for it.
 	registered := map[string]string{n.id: n.cfg.GRPCAddr}
-	originals := map[probeKey]bool{}
+	originals := map[ProbeKey]bool{}
 	for k, a := range answers {
-		if id := a.st.ID; a.err == nil && a.st.ClusterID == own && id != n.id && id != "" {
-			if reg := n.members.grpcAddrOf(id); reg != "" && reg != k.addr {
+		if id := a.Status.ID; a.Err == nil && a.Status.ClusterID == own && id != n.id && id != "" {
+			if reg := n.members.grpcAddrOf(id); reg != "" && reg != k.Addr {
 				registered[id] = reg
-				originals[probeKey{id, reg}] = true
+				originals[ProbeKey{id, reg}] = true
 			}
 		}
 	}
 	startOf := map[string]int64{n.id: n.started}
 	stoppedHere := map[string]bool{} // members whose registered process stopped for good
 	for k, a := range n.members.probeAll(originals) {
-		if a.err == nil && a.st.ID == k.id && a.st.ClusterID == own {
-			startOf[k.id] = a.st.Started
-			stoppedHere[k.id] = a.st.Stopped != nil && *a.st.Stopped
+		if a.Err == nil && a.Status.ID == k.ID && a.Status.ClusterID == own {
+			startOf[k.ID] = a.Status.Started
+			stoppedHere[k.ID] = a.Status.Stopped != nil && *a.Status.Stopped
 		}
 	}
 	// A member of this node's group that says it stopped, and a serving
@@ -107,16 +107,16 @@ func (cw *copyWatch) checkCopies() {
 	// group lost to the other, and this node follows.
 	servers := n.members.configServers()
 	var memberStopped string
-	var forkSeen *foreignProof
+	var forkSeen *ForeignProof
 	for k, a := range answers {
-		st := a.st
-		if a.err != nil || st.ClusterID != own || st.ID == n.id {
+		st := a.Status
+		if a.Err != nil || st.ClusterID != own || st.ID == n.id {
 			continue
 		}
 		_, listed := servers[st.ID]
-		if listed && n.members.grpcAddrOf(st.ID) == k.addr && st.Stopped != nil && *st.Stopped {
-			memberStopped = k.addr
-		} else if p := proofFrom(st, k.addr, now); !listed && p.serving && forkOf(st, servers, false) {
+		if listed && n.members.grpcAddrOf(st.ID) == k.Addr && st.Stopped != nil && *st.Stopped {
+			memberStopped = k.Addr
+		} else if p := ProofFrom(st, k.Addr, now); !listed && p.Serving && ForkOf(st, servers, false) {
 			forkSeen = &p
 		}
 	}
@@ -126,21 +126,21 @@ func (cw *copyWatch) checkCopies() {
 		}
 	}
 	for k, a := range answers {
-		st := a.st
+		st := a.Status
 		orig := startOf[st.ID]
-		if a.err != nil || st.ClusterID != own || st.Started == 0 || orig == 0 || st.Started == orig {
+		if a.Err != nil || st.ClusterID != own || st.Started == 0 || orig == 0 || st.Started == orig {
 			// Nobody there, another cluster, the member itself, or this very process.
-			b.failed(k.addr, now)
+			b.failed(k.Addr, now)
 			continue
 		}
-		p := proofFrom(st, k.addr, now)
+		p := ProofFrom(st, k.Addr, now)
 		if !b.prove(p) {
 			continue
 		}
-		n.logger.Error("another process runs a node identity of this cluster: a copy of its data dir", "node_id", p.id,
-			"copy_grpc_addr", k.addr, "copy_started", time.Unix(0, p.started).UTC().Format(time.RFC3339Nano),
-			"copy_serving", p.serving, "original_grpc_addr", registered[p.id])
-		go cw.tellOfCopy(p, registered[p.id])
+		n.logger.Error("another process runs a node identity of this cluster: a copy of its data dir", "node_id", p.ID,
+			"copy_grpc_addr", k.Addr, "copy_started", time.Unix(0, p.Started).UTC().Format(time.RFC3339Nano),
+			"copy_serving", p.Serving, "original_grpc_addr", registered[p.ID])
+		go cw.tellOfCopy(p, registered[p.ID])
 	}
 	// Whether this process's group serves is taken over copyRankGrace, not
 	// the moment: a stop is recorded for good, and an election or a pause
@@ -154,14 +154,14 @@ func (cw *copyWatch) checkCopies() {
 		// now (what the fence's Release would do, without waiting for the
 		// leader), and claims again once the copy has stopped and its
 		// windows are fenced (contested, apply.go).
-		if g := n.agent.gen.Load(); p.id == n.id && g != nil && p.slot == g.Slot() && g.Floor() < max(p.granted, p.windows[p.slot]) {
-			n.agent.revoke(g, fmt.Errorf("%w: a copy of this node's data dir at %s issued slot %d inside this tenure", ErrNotReady, p.addr, p.slot), revokedCopy)
+		if g := n.agent.gen.Load(); p.ID == n.id && g != nil && p.Slot == g.Slot() && g.Floor() < max(p.Granted, p.Windows[p.Slot]) {
+			n.agent.revoke(g, fmt.Errorf("%w: a copy of this node's data dir at %s issued slot %d inside this tenure", ErrNotReady, p.Addr, p.Slot), revokedCopy)
 		}
-		if now.Sub(p.at) > foreignConflictTTL || !p.serving {
+		if now.Sub(p.At) > ForeignConflictTTL || !p.Serving {
 			continue
 		}
-		if p.id == n.id && copyRanks(serving, voters, n.started, n.cfg.GRPCAddr, p) {
-			cw.stopForGood(copyAdvice(serving, voters, n.cfg.GRPCAddr, p), true, p.addr)
+		if p.ID == n.id && copyRanks(serving, voters, n.started, n.cfg.GRPCAddr, p) {
+			cw.stopForGood(copyAdvice(serving, voters, n.cfg.GRPCAddr, p), true, p.Addr)
 			return
 		}
 		// A member of this node's Raft group stopped because its copy
@@ -171,67 +171,67 @@ func (cw *copyWatch) checkCopies() {
 		// slots the copy's group also grants, so they stop too, as the
 		// member did (whose decision this follows, so two groups never
 		// both stop on one meeting).
-		if p.id != n.id && stoppedHere[p.id] {
-			cw.stopForGood(followAdvice(p, registered[p.id]), false, p.addr)
+		if p.ID != n.id && stoppedHere[p.ID] {
+			cw.stopForGood(followAdvice(p, registered[p.ID]), false, p.Addr)
 			return
 		}
 	}
 	if memberStopped != "" && forkSeen != nil {
-		cw.stopForGood(followForkAdvice(*forkSeen, memberStopped), false, forkSeen.addr)
+		cw.stopForGood(followForkAdvice(*forkSeen, memberStopped), false, forkSeen.Addr)
 	}
 }
 
 // followForkAdvice is the reason a process gives when a member of its Raft
 // group (at stopped) stopped and p serves another Raft group of its
 // cluster ID.
-func followForkAdvice(p foreignProof, stopped string) string {
+func followForkAdvice(p ForeignProof, stopped string) string {
 	return fmt.Sprintf("a member of this node's raft group (at %s) stopped, and node %s at %s serves another raft group of "+
 		"cluster %s: the two logs are forks of one, and both grant the same slots, so this process stopped issuing as "+
 		"well. Wipe this node's data dir and start it again with --join to the other group's nodes (a wiped node joins "+
-		"as a new node)", stopped, p.id, p.addr, p.cluster)
+		"as a new node)", stopped, p.ID, p.Addr, p.Cluster)
 }
 
 // tellOfCopy tells the copy at p.addr and the original at orig about each
 // other, and this node's leader about the copy: the two rank themselves, and
 // the leader fences the windows of the one that stops. Each asks the
 // address itself before it believes the hint.
-func (cw *copyWatch) tellOfCopy(p foreignProof, orig string) {
+func (cw *copyWatch) tellOfCopy(p ForeignProof, orig string) {
 	n := cw.n
-	cw.tellAll([]string{p.addr}, orig)
+	cw.tellAll([]string{p.Addr}, orig)
 	about := []string{}
 	if orig != n.cfg.GRPCAddr {
 		about = append(about, orig)
 	}
 	if _, leader := n.rs.raft.LeaderWithID(); leader != "" && string(leader) != n.id {
-		if la := n.members.grpcAddrOf(string(leader)); la != "" && la != p.addr && la != orig {
+		if la := n.members.grpcAddrOf(string(leader)); la != "" && la != p.Addr && la != orig {
 			about = append(about, la)
 		}
 	}
-	cw.tellAll(about, p.addr)
+	cw.tellAll(about, p.Addr)
 }
 
 // followAdvice is the reason a process gives when a member of its Raft
 // group (at reg) stopped because the member's copy p outranks it.
-func followAdvice(p foreignProof, reg string) string {
+func followAdvice(p ForeignProof, reg string) string {
 	return fmt.Sprintf("node %s of this node's raft group (cluster %s) stopped at %s because a copy of its data dir at %s "+
 		"outranks it: this raft group's log and the copy's are forks of one log, and both grant the same slots, so this "+
 		"process stopped issuing as well. Wipe this node's data dir and start it again with --join to the copy's cluster "+
-		"(a wiped node joins as a new node); restart it as it is only if the copy's cluster is gone for good", p.id, p.cluster, reg, p.addr)
+		"(a wiped node joins as a new node); restart it as it is only if the copy's cluster is gone for good", p.ID, p.Cluster, reg, p.Addr)
 }
 
 // copyAdvice is the reason a process gives when a copy of its data dir
 // outranks it.
-func copyAdvice(serving bool, voters int, addr string, other foreignProof) string {
+func copyAdvice(serving bool, voters int, addr string, other ForeignProof) string {
 	why := "which started earlier"
 	switch {
 	case !serving:
 		why = "which serves while this process's cluster has no raft leader"
-	case other.voters > 0 && other.voters != voters:
-		why = fmt.Sprintf("which serves a raft group of %d voters against this process's %d", other.voters, voters)
+	case other.Voters > 0 && other.Voters != voters:
+		why = fmt.Sprintf("which serves a raft group of %d voters against this process's %d", other.Voters, voters)
 	}
 	return fmt.Sprintf("another process runs this node's identity (node %s of cluster %s) at %s, %s: its data dir and this "+
 		"one are copies of one another, and two copies issue the same IDs, so this process (at %s) stopped issuing. Stop the "+
 		"copy that should not run and wipe its data dir (a wiped node joins as a new node). If this one is the one to keep, "+
-		"stop it, delete the file %s in its data dir (which keeps it stopped across restarts) and start it again", other.id,
-		other.cluster, other.addr, why, addr, stoppedFile)
+		"stop it, delete the file %s in its data dir (which keeps it stopped across restarts) and start it again", other.ID,
+		other.Cluster, other.Addr, why, addr, stoppedFile)
 }

@@ -215,15 +215,15 @@ func TestCopiedDataDirOfALoneSeedStopsAndIsFenced(t *testing.T) {
 // that started later, or cannot issue, stops, and the two copies always
 // reach opposite answers.
 func TestCopyRanks(t *testing.T) {
-	other := func(serving bool, voters int, started int64, addr string) foreignProof {
-		return foreignProof{serving: serving, voters: voters, started: started, addr: addr}
+	other := func(serving bool, voters int, started int64, addr string) ForeignProof {
+		return ForeignProof{Serving: serving, Voters: voters, Started: started, Addr: addr}
 	}
 	for _, c := range []struct {
 		mineServing bool
 		voters      int
 		mine        int64
 		addr        string
-		other       foreignProof
+		other       ForeignProof
 		stop        bool
 	}{
 		{true, 1, 1, "a:1", other(false, 1, 0, "b:1"), false},
@@ -242,10 +242,10 @@ func TestCopyRanks(t *testing.T) {
 		if got := copyRanks(c.mineServing, c.voters, c.mine, c.addr, c.other); got != c.stop {
 			t.Errorf("copyRanks(%v, %d, %d, %s, %+v) = %v, want %v", c.mineServing, c.voters, c.mine, c.addr, c.other, got, c.stop)
 		}
-		if c.mineServing && c.other.serving && c.other.voters > 0 {
-			back := copyRanks(true, c.other.voters, c.other.started, c.other.addr, other(true, c.voters, c.mine, c.addr))
+		if c.mineServing && c.other.Serving && c.other.Voters > 0 {
+			back := copyRanks(true, c.other.Voters, c.other.Started, c.other.Addr, other(true, c.voters, c.mine, c.addr))
 			if back == c.stop {
-				t.Errorf("%s and %s both %s", c.addr, c.other.addr, map[bool]string{true: "stop", false: "go on"}[back])
+				t.Errorf("%s and %s both %s", c.addr, c.other.Addr, map[bool]string{true: "stop", false: "go on"}[back])
 			}
 		}
 	}
@@ -464,7 +464,7 @@ func TestCopyContests(t *testing.T) {
 	allFenced := func(int, int64) bool { return true }
 	t0 := time.Unix(1000, 0)
 	var b twinBook
-	b.prove(foreignProof{id: "x", slot: 3, serving: true, saysStopped: true, at: t0, addr: "copy:1"})
+	b.prove(ForeignProof{ID: "x", Slot: 3, Serving: true, SaysStopped: true, At: t0, Addr: "copy:1"})
 	for _, c := range []struct {
 		id   string
 		slot int
@@ -475,21 +475,21 @@ func TestCopyContests(t *testing.T) {
 		{"", 3, t0, true},
 		{"y", -1, t0, false},
 		{"", 4, t0, false},
-		{"x", -1, t0.Add(foreignConflictTTL + time.Second), false},
+		{"x", -1, t0.Add(ForeignConflictTTL + time.Second), false},
 	} {
 		if _, got := b.contests(c.id, c.slot, c.at, allFenced); got != c.want {
 			t.Errorf("contests(%q, %d, +%v) = %v, want %v", c.id, c.slot, c.at.Sub(t0), got, c.want)
 		}
 	}
 	// Still serving and freshly proven, but first proven too long ago.
-	b.prove(foreignProof{id: "x", slot: 3, serving: true, saysStopped: true, at: t0.Add(copyContestMax + time.Second), addr: "copy:1"})
+	b.prove(ForeignProof{ID: "x", Slot: 3, Serving: true, SaysStopped: true, At: t0.Add(copyContestMax + time.Second), Addr: "copy:1"})
 	if _, got := b.contests("x", -1, t0.Add(copyContestMax+time.Second), allFenced); got {
 		t.Error("a copy proven longer than copyContestMax ago still contests")
 	}
 	// The answer that says it stopped ends the contest at once.
 	var s twinBook
-	s.prove(foreignProof{id: "x", slot: 3, serving: true, saysStopped: true, at: t0, addr: "copy:1"})
-	s.prove(foreignProof{id: "x", slot: 3, saysStopped: true, at: t0.Add(time.Second), addr: "copy:1"})
+	s.prove(ForeignProof{ID: "x", Slot: 3, Serving: true, SaysStopped: true, At: t0, Addr: "copy:1"})
+	s.prove(ForeignProof{ID: "x", Slot: 3, SaysStopped: true, At: t0.Add(time.Second), Addr: "copy:1"})
 	if _, got := s.contests("x", 3, t0.Add(time.Second), allFenced); got {
 		t.Error("a copy that said it stopped still contests")
 	}
@@ -499,14 +499,14 @@ func TestCopyContests(t *testing.T) {
 	}
 	// A serving copy that can say it stops is asked every copyRecheck; one
 	// that stopped, or cannot say, every foreignFresh.
-	if f := (foreignProof{serving: true, saysStopped: true}).freshFor(); f != copyRecheck {
-		t.Errorf("a serving copy is asked every %v, want %v", f, copyRecheck)
+	if f := (ForeignProof{Serving: true, SaysStopped: true}).FreshFor(); f != CopyRecheck {
+		t.Errorf("a serving copy is asked every %v, want %v", f, CopyRecheck)
 	}
-	if f := (foreignProof{saysStopped: true}).freshFor(); f != foreignFresh {
-		t.Errorf("a stopped copy is asked every %v, want %v", f, foreignFresh)
+	if f := (ForeignProof{SaysStopped: true}).FreshFor(); f != ForeignFresh {
+		t.Errorf("a stopped copy is asked every %v, want %v", f, ForeignFresh)
 	}
-	if f := (foreignProof{serving: true}).freshFor(); f != foreignFresh {
-		t.Errorf("an older node is asked every %v, want %v", f, foreignFresh)
+	if f := (ForeignProof{Serving: true}).FreshFor(); f != ForeignFresh {
+		t.Errorf("an older node is asked every %v, want %v", f, ForeignFresh)
 	}
 }
 
@@ -628,7 +628,7 @@ func TestCopyInTheSmallerRaftGroupStops(t *testing.T) {
 // the address it speaks from; nor one whose last applied entry this
 // leader's log does not hold. Fresh nodes and this leader's followers pass.
 func TestLeaderAddsNoMemberOfAnotherRaftGroup(t *testing.T) {
-	v := &memberView{Self: "me", SelfSpeaksAs: "127.0.0.1:7000", LogHolds: func(index, hash uint64) error {
+	v := &MemberView{Self: "me", SelfSpeaksAs: "127.0.0.1:7000", LogHolds: func(index, hash uint64) error {
 		if index == 0 || index == 5 && hash == 55 {
 			return nil
 		}
@@ -643,8 +643,8 @@ func TestLeaderAddsNoMemberOfAnotherRaftGroup(t *testing.T) {
 		{"me", "127.0.0.1:7100", false}, // a copy of this leader, elsewhere
 		{"other", "127.0.0.1:7001", false},
 	} {
-		err := v.followsNoOther(Status{LeaderID: c.leader, LeaderAddr: c.addr})
-		if (err == nil) != c.ok || err != nil && !errors.Is(err, errProbeOtherLeader) {
+		err := v.FollowsNoOther(Status{LeaderID: c.leader, LeaderAddr: c.addr})
+		if (err == nil) != c.ok || err != nil && !errors.Is(err, ErrProbeOtherLeader) {
 			t.Errorf("a member following %q at %q: %v, want accepted %v", c.leader, c.addr, err, c.ok)
 		}
 	}
@@ -654,7 +654,7 @@ func TestLeaderAddsNoMemberOfAnotherRaftGroup(t *testing.T) {
 		index, hash uint64
 		ok          bool
 	}{{0, 0, true}, {5, 55, true}, {5, 56, false}, {9, 1, false}} {
-		err := v.followsNoOther(Status{AppliedCommand: c.index, AppliedCommandHash: c.hash})
+		err := v.FollowsNoOther(Status{AppliedCommand: c.index, AppliedCommandHash: c.hash})
 		if (err == nil) != c.ok || err != nil && !errors.Is(err, errProbeForked) {
 			t.Errorf("a leaderless member whose last entry is %d/%d: %v, want accepted %v", c.index, c.hash, err, c.ok)
 		}
@@ -739,7 +739,7 @@ func TestEveryMemberOfTheCopysRaftGroupStops(t *testing.T) {
 		leader.members.foreign.mu.Lock()
 		defer leader.members.foreign.mu.Unlock()
 		for _, n := range []*Node{x, y} {
-			if p, ok := leader.members.foreign.proofs[n.ID()]; !ok || !p.fork || p.serving || !p.saysStopped {
+			if p, ok := leader.members.foreign.proofs[n.ID()]; !ok || !p.Fork || p.Serving || !p.SaysStopped {
 				return false
 			}
 		}
@@ -822,7 +822,7 @@ func TestAGroupBetweenLeadersDoesNotLoseToALoneCopy(t *testing.T) {
 	}
 	harness.WaitFor(t, 5*time.Second, "a to prove the copy", func() bool {
 		for _, p := range a.ident.copies.copies() {
-			if p.addr == twin.cfg.GRPCAddr {
+			if p.Addr == twin.cfg.GRPCAddr {
 				return true
 			}
 		}
@@ -987,23 +987,23 @@ func TestForkRanks(t *testing.T) {
 // so a member seen once long ago confirmed a fork on its next sighting.
 func TestForkSightingMustBeUnbroken(t *testing.T) {
 	t0 := time.Unix(1_800_000_000, 0)
-	fork := foreignProof{id: "m", fork: true, serving: true}
-	other := foreignProof{id: "m", serving: true}
+	fork := ForeignProof{ID: "m", Fork: true, Serving: true}
+	other := ForeignProof{ID: "m", Serving: true}
 	for _, c := range []struct {
 		name  string
-		steps []foreignProof // one answer a second, from t0
+		steps []ForeignProof // one answer a second, from t0
 		since int            // the second forkSince should hold, -1 for none
 	}{
-		{"unbroken", []foreignProof{fork, fork, fork, fork}, 0},
-		{"an answer of this log in between", []foreignProof{fork, fork, other, fork, fork}, 3},
-		{"ends with an answer of this log", []foreignProof{fork, fork, other}, -1},
-		{"a stopped member is not counted", []foreignProof{fork, {id: "m", fork: true}, fork}, 2},
+		{"unbroken", []ForeignProof{fork, fork, fork, fork}, 0},
+		{"an answer of this log in between", []ForeignProof{fork, fork, other, fork, fork}, 3},
+		{"ends with an answer of this log", []ForeignProof{fork, fork, other}, -1},
+		{"a stopped member is not counted", []ForeignProof{fork, {ID: "m", Fork: true}, fork}, 2},
 	} {
 		b := &foreignBook{}
 		b.init()
 		for i, p := range c.steps {
 			at := t0.Add(time.Duration(i) * time.Second)
-			p.at = at
+			p.At = at
 			b.put("m", p, at)
 		}
 		got, ok := b.forkSince["m"]
@@ -1019,11 +1019,11 @@ func TestForkSightingMustBeUnbroken(t *testing.T) {
 	b := &foreignBook{}
 	b.init()
 	p := fork
-	p.at = t0
+	p.At = t0
 	b.put("m", p, t0)
-	gap := fork.sightingGap()
+	gap := fork.SightingGap()
 	later := t0.Add(gap + time.Second)
-	p.at = later
+	p.At = later
 	b.put("m", p, later)
 	if got := b.forkSince["m"]; !got.Equal(later) {
 		t.Errorf("after a silence of %v: counting since %v, want since the new answer", gap+time.Second, got.Sub(t0))
@@ -1041,9 +1041,9 @@ func TestForkSightingMustBeUnbroken(t *testing.T) {
 func TestForkVerdict(t *testing.T) {
 	t0 := time.Unix(1_800_000_000, 0)
 	mine := forkSide{voters: 2, history: 100, leaderID: "m", leaderAddr: "m:1"}
-	member := foreignProof{id: "x", fork: true, serving: true, saysStopped: true, voters: 3, leaderID: "y", leaderAddr: "y:1"}
+	member := ForeignProof{ID: "x", Fork: true, Serving: true, SaysStopped: true, Voters: 3, LeaderID: "y", LeaderAddr: "y:1"}
 	leader := member
-	leader.id = "y"
+	leader.ID = "y"
 	type tick struct {
 		at            int  // seconds from t0
 		leaderServes  bool // the other group's leader answers serving
@@ -1056,11 +1056,11 @@ func TestForkVerdict(t *testing.T) {
 		for _, k := range ticks {
 			now := t0.Add(time.Duration(k.at) * time.Second)
 			m := member
-			m.at, m.voters = now, k.voters
+			m.At, m.Voters = now, k.voters
 			b.put("x", m, now)
 			if k.leaderAnswers {
 				l := leader
-				l.at, l.serving, l.voters = now, k.leaderServes, k.voters
+				l.At, l.Serving, l.Voters = now, k.leaderServes, k.voters
 				b.put("y", l, now)
 			}
 			if _, ok, _ := b.forkVerdict(mine, t0.Add(time.Duration(led)*time.Second), forkConfirm, now); ok {
@@ -1178,8 +1178,8 @@ func TestAForkThatComesBackRepeatsNothing(t *testing.T) {
 			t.Logf("%s: raft %s leader %s voters %d conflict %v hold %v", n.Name(), st.RaftState, st.LeaderID, st.Voters, n.Conflict(), n.gate.forkHold.Load())
 			n.members.foreign.mu.Lock()
 			for id, p := range n.members.foreign.proofs {
-				t.Logf("  %s proof %s: fork %v serving %v at -%v leader %s voters %d since %v losing %v", n.Name(), id[:6], p.fork, p.serving,
-					time.Since(p.at).Round(time.Millisecond), p.leaderID, p.voters, n.members.foreign.forkSince[id], n.members.foreign.losing[id])
+				t.Logf("  %s proof %s: fork %v serving %v at -%v leader %s voters %d since %v losing %v", n.Name(), id[:6], p.Fork, p.Serving,
+					time.Since(p.At).Round(time.Millisecond), p.LeaderID, p.Voters, n.members.foreign.forkSince[id], n.members.foreign.losing[id])
 			}
 			n.members.foreign.mu.Unlock()
 		}
@@ -1190,7 +1190,7 @@ func TestAForkThatComesBackRepeatsNothing(t *testing.T) {
 		for _, n := range by {
 			n.members.foreign.mu.Lock()
 			for _, m := range of {
-				if p, ok := n.members.foreign.proofs[m.ID()]; ok && p.serving && p.at.After(back) {
+				if p, ok := n.members.foreign.proofs[m.ID()]; ok && p.Serving && p.At.After(back) {
 					n.members.foreign.mu.Unlock()
 					return true
 				}
@@ -1275,10 +1275,10 @@ func TestForkVerdictNamesTheGroupItHoldsFor(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	b := &foreignBook{}
 	b.init()
-	p := foreignProof{id: "x", fork: true, serving: true, saysStopped: true, voters: 3, leaderID: "x", leaderAddr: "x:1", at: now}
+	p := ForeignProof{ID: "x", Fork: true, Serving: true, SaysStopped: true, Voters: 3, LeaderID: "x", LeaderAddr: "x:1", At: now}
 	b.put("x", p, now)
 	lose, stop, losing := b.forkVerdict(forkSide{voters: 2, leaderID: "m"}, now.Add(-time.Minute), forkConfirm, now)
-	if stop || !losing || lose.id != "x" {
-		t.Fatalf("first check of a lower group: stop %v losing %v member %q, want the hold for x", stop, losing, lose.id)
+	if stop || !losing || lose.ID != "x" {
+		t.Fatalf("first check of a lower group: stop %v losing %v member %q, want the hold for x", stop, losing, lose.ID)
 	}
 }

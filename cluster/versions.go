@@ -85,7 +85,7 @@ func (vv *versionView) othersProtocol() (common ProtocolRange, shared, any bool)
 		if pr, ok := n.versions.protocols.Get(id); ok {
 			r = pr // proven over the authenticated transport (a leader's polls)
 		} else if m, seen := members[id]; seen && m.Parsed {
-			r = m.Meta.protocols()
+			r = m.Meta.Protocols()
 		}
 		c, ok := common.Intersect(r)
 		if !ok {
@@ -138,12 +138,12 @@ func (vv *versionView) joinBlocked() string {
 		if m.ID == n.id || !m.Parsed || m.State != MemberAlive || !m.Meta.Member || m.Meta.ClusterID == "" {
 			continue
 		}
-		if err := core.JoinProtocol(own, m.Meta.protocols()); err != nil {
+		if err := core.JoinProtocol(own, m.Meta.Protocols()); err != nil {
 			return fmt.Sprintf("the cluster %s that member %s belongs to will not add this node: %v", m.Meta.ClusterID, m.Meta.Name, err)
 		}
 		if l, err := generator.ParseLayout(m.Meta.Layout); err == nil {
 			dc := n.cfg.Datacenter
-			if err := canTakePart(Status{ConfiguredLayout: n.cfg.Layout, Datacenter: &dc}, &l); err != nil {
+			if err := CanTakePart(Status{ConfiguredLayout: n.cfg.Layout, Datacenter: &dc}, &l); err != nil {
 				return fmt.Sprintf("layout mismatch: the cluster %s that member %s belongs to will not add this node: %v", m.Meta.ClusterID, m.Meta.Name, err)
 			}
 		}
