@@ -12,8 +12,10 @@ import (
 // bounds every grant by a time that a quorum of voters agrees with, never by
 // its own clock alone. The leader hears each voter's clock on its own
 // initiative (pollClocks: the authenticated Status it asks every few
-// seconds, whether or not the voter sends it commands) and from every Claim
-// and Reserve of a member; it keeps each node's latest report, ages it by
+// seconds, whether or not the voter sends it commands), and from nothing
+// else (a forwarded command's clock is checked, never counted: a node
+// certificate does not say which node sent it); it keeps each node's latest
+// report, ages it by
 // the real time that has passed since it arrived, and takes the quorum-th
 // latest of its own clock and the voters' aged reports. A voter that has
 // reported nothing for clockTTL while this node led (dead, cut off, or a

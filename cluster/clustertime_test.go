@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idgen/idgen/cluster/core"
+	"github.com/idgen/idgen/generator"
 	"github.com/idgen/idgen/scripts/harness"
 )
 
@@ -251,5 +252,42 @@ func TestReserveOfANonHolderReportsNoClock(t *testing.T) {
 		if est := leader.clusterClock.clocks.ByID([]string{id}, time.Now(), time.Minute); len(est) == 1 && time.Until(est[0]) > 30*time.Minute {
 			t.Errorf("the leader keeps %s's clock as an hour ahead, from a refused reserve", id)
 		}
+	}
+}
+
+// TestForwardedCommandsReportNoClock: the leader takes a voter's clock only
+// from the Status it asks that voter for, at its own address, never from a
+// forwarded command, whatever node the command names: a node certificate
+// does not say which node sent it. Outside attack round 13 forged Claims
+// naming a real member an hour ahead (the leader handed off about 36 times a
+// second, every new leader poisoned at once), and Reserves of a member's real
+// tenure 4.8 s ahead (cluster time moved with them, and grants ran 4.8 s
+// past real time plus max-ahead).
+func TestForwardedCommandsReportNoClock(t *testing.T) {
+	tc := startThree(t, func(c *Config) { c.MaxSkew = 5 * time.Second })
+	drawAll(t, tc)
+	var leader *Node
+	harness.WaitFor(t, 10*time.Second, "a leader", func() bool { leader = tc.node(leaderOf(tc, "a", "b", "c")); return leader != nil })
+	var victim *Node
+	for _, name := range []string{"a", "b", "c"} {
+		if n := tc.node(name); n != leader {
+			victim = n
+			break
+		}
+	}
+	st := victim.Status()
+	for _, ahead := range []time.Duration{time.Hour, 4800 * time.Millisecond} {
+		p := &pseudoNode{id: victim.id, tc: tc, clock: skewedClock{d: ahead}}
+		l := generator.DefaultLayout()
+		for range 20 {
+			_, _ = p.deliver(p.command(core.Command{Type: core.CmdClaim, Layout: &l, Node: &NodeInfo{ID: victim.id, Name: "x", Datacenter: -1}}))
+			_, _ = p.deliver(p.command(core.Command{Type: core.CmdReserve, NodeID: victim.id, Slot: st.Slot, Tenure: victim.agent.tenure.Load(), UpTo: 1 << 30}))
+		}
+		if est := leader.clusterClock.clocks.ByID([]string{victim.id}, time.Now(), time.Minute); len(est) == 1 && time.Until(est[0]) > ahead/2 {
+			t.Fatalf("after forged commands %v ahead naming %s, the leader holds its clock as %v ahead", ahead, victim.cfg.Name, time.Until(est[0]).Round(time.Millisecond))
+		}
+	}
+	if now := tc.node(leaderOf(tc, "a", "b", "c")); now != leader {
+		t.Fatalf("leadership moved from %s to %s under forged commands", leader.cfg.Name, now.cfg.Name)
 	}
 }

@@ -75,13 +75,13 @@ func (lg *leaderGate) handle(ctx context.Context, c core.Command) (core.Result, 
 func (lg *leaderGate) leaderApply(ctx context.Context, c core.Command) (core.Result, error) {
 	n := lg.n
 	now := n.clock.Now()
-	member := n.members.inRaftConfig(c.SpeaksFor())
-	in := core.LeaderIn{Now: now, Member: c.Type != core.CmdClaim || member, MaxAhead: n.cfg.MaxAhead, MaxSkew: n.cfg.MaxSkew}
-	var reports bool
-	n.fsm.view(func(s *core.State) { reports = core.ReportsClock(s, c, member) })
-	if reports {
-		lg.n.clusterClock.clocks.Observe(c.SpeaksFor(), core.ClockSample{Reported: time.Unix(0, c.SentAt), Leader: now, At: time.Now()})
-	}
+	// A command's clock (SentAt) is checked against the cluster's time, never
+	// counted in it: the clocks are the voters' own answers to this leader's
+	// polls (clustertime.go), since a node certificate does not say which
+	// node sent a command (cluster/DESIGN.md, "The leader believes nothing
+	// of a sender before checking it").
+	in := core.LeaderIn{Now: now, Member: c.Type != core.CmdClaim || n.members.inRaftConfig(c.SpeaksFor()),
+		MaxAhead: n.cfg.MaxAhead, MaxSkew: n.cfg.MaxSkew}
 	in.ClusterNow, in.Known = lg.n.clusterClock.clusterNow(now)
 	var d core.LeaderOut
 	n.fsm.view(func(s *core.State) { d = core.LeaderCheck(s, c, in) })

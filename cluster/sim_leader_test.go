@@ -117,10 +117,8 @@ func (ld *simLeaders) handle(l *simNode, c core.Command) (core.Result, error) {
 	if c.Type == core.CmdClaim && !in.Member && ld.w.cfg.faults.adoptForwards {
 		in.Member = true // (a voter it cannot reach would cost it its quorum)
 	}
-	real := ld.w.base.Add(ld.w.now)
-	if core.ReportsClock(l.replica, c, l.cl.member(c.SpeaksFor()) || in.Member && c.Type == core.CmdClaim) {
-		l.clocks.Observe(c.SpeaksFor(), core.ClockSample{Reported: time.Unix(0, c.SentAt), Leader: now, At: real})
-	}
+	// (A command's clock is checked, never counted: the clocks come from
+	// the leader's polls, pollClocks.)
 	in.ClusterNow, in.Known = ld.clusterNow(l, now)
 	d := core.LeaderCheck(l.replica, c, in)
 	if d.Handoff && current {

@@ -153,9 +153,15 @@ func DecodeResult(data []byte) (Result, error) {
 	return r, nil
 }
 
-// SpeaksFor is the node a command speaks for.
+// SpeaksFor is the node a command speaks for: the field its type names (a
+// Claim's Node, every other type's NodeID), whatever else a forged command
+// carries (outside attack round 13 sent a Reserve of one node's tenure
+// with another node's Node object).
 func (c Command) SpeaksFor() string {
-	if c.Node != nil {
+	if c.Type == CmdClaim {
+		if c.Node == nil {
+			return ""
+		}
 		return c.Node.ID
 	}
 	return c.NodeID

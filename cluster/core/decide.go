@@ -466,23 +466,6 @@ func HandleCheck(s *State, c Command, ready bool) (Handling, error) {
 	return 0, fmt.Errorf("%w: command %s cannot be forwarded", ErrBadCommand, c.Type)
 }
 
-// ReportsClock: the leader counts a command's clock (SentAt) in the
-// cluster's time only from a Claim of a member of its Raft configuration, or
-// from a Reserve of a member that s (the leader's state) shows holding the
-// slot under the tenure it names. What a command that names any other node
-// says of a clock is not believed: its checks refuse it, and the clock book
-// stays bounded by the members (cluster/DESIGN.md, "The leader believes
-// nothing of a sender before checking it").
-func ReportsClock(s *State, c Command, member bool) bool {
-	switch c.Type {
-	case CmdClaim:
-		return member
-	case CmdReserve:
-		return member && s.Holds(c.NodeID, c.Slot, c.Tenure)
-	}
-	return false
-}
-
 // AppliedResult is the leader's reading of what Apply returned for its
 // entry of type t at index: an error is the command's refusal.
 func AppliedResult(t CommandType, index uint64, resp interface{}) (Result, error) {
