@@ -40,6 +40,22 @@ type (
 	ProtocolRange = core.ProtocolRange
 )
 
+// Status is what a node says of itself (its own, in Node.Status, and every
+// member's answer to a probe); MemberState a member's state in gossip
+// (cluster/core).
+type (
+	Status      = core.Status
+	MemberState = core.MemberState
+)
+
+// The gossip states of a member.
+const (
+	MemberUnknown = core.MemberUnknown
+	MemberAlive   = core.MemberAlive
+	MemberDead    = core.MemberDead
+	MemberLeft    = core.MemberLeft
+)
+
 // ProtocolMin and ProtocolMax are the protocol versions this build speaks.
 const (
 	ProtocolMin = core.ProtocolMin

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/idgen/idgen/cluster/core"
 )
 
 // bootstrapTick is how often a node without state looks for its peers in
@@ -76,10 +78,10 @@ func (ms *membership) bootstrap() {
 // remembers who did, so each peer is asked until it answers once.
 func (ms *membership) provenPeers(fresh []raft.Server, grpcOf, proved, refused map[string]string) []raft.Server {
 	n := ms.n
-	probes := map[ProbeKey]bool{}
+	probes := map[core.ProbeKey]bool{}
 	for _, s := range fresh {
 		if id := string(s.ID); id != n.id && proved[id] != string(s.Address) {
-			probes[ProbeKey{id, grpcOf[id]}] = true
+			probes[core.ProbeKey{ID: id, Addr: grpcOf[id]}] = true
 		}
 	}
 	answers := ms.probeAll(probes)
@@ -87,16 +89,16 @@ func (ms *membership) provenPeers(fresh []raft.Server, grpcOf, proved, refused m
 	for _, s := range fresh {
 		id := string(s.ID)
 		if id != n.id && proved[id] != string(s.Address) {
-			st, _, err := AnswerOf(id, []string{grpcOf[id]}, answers)
+			st, _, err := core.AnswerOf(id, []string{grpcOf[id]}, answers)
 			if err == nil {
-				err = JoinProof(st, string(s.Address), "")
+				err = core.JoinProof(st, string(s.Address), "")
 			}
 			if err != nil {
 				if refused[id] != err.Error() {
 					refused[id] = err.Error()
 					// Peers that start a little later do not answer at first.
 					log := n.logger.Warn
-					if errors.Is(err, ErrProbeUnanswered) {
+					if errors.Is(err, core.ErrProbeUnanswered) {
 						log = n.logger.Info
 					}
 					log("bootstrap: not counting a gossip member as a peer until it answers as a node", "id", id, "reason", err)
@@ -132,5 +134,5 @@ func (ms *membership) bootstrapWith(servers []raft.Server) {
 		n.logger.Error("bootstrap", "err", err)
 		return
 	}
-	n.gossip.updateMeta(func(m *Meta) { m.Member = true })
+	n.gossip.updateMeta(func(m *core.Meta) { m.Member = true })
 }

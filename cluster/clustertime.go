@@ -107,7 +107,7 @@ func (cc *clusterClock) pollClocks(stop <-chan struct{}) {
 		}
 		cc.clocks.Retain(servers)
 		own := n.ident.ownCluster()
-		keys := map[ProbeKey]bool{}
+		keys := map[core.ProbeKey]bool{}
 		heard := func(id string) time.Time {
 			if t := cc.n.versions.protocols.ProvenAt(id); t.Before(time.Now().Add(-core.ProtocolPollEvery)) {
 				return time.Time{} // its range is due: ask it whatever it reported since
@@ -116,7 +116,7 @@ func (cc *clusterClock) pollClocks(stop <-chan struct{}) {
 		}
 		for _, id := range core.ClockPollTargets(voters, n.id, heard, time.Now(), core.ClockPollEvery) {
 			if addr := n.members.grpcAddrOf(id); addr != "" {
-				keys[ProbeKey{id, addr}] = true
+				keys[core.ProbeKey{ID: id, Addr: addr}] = true
 			}
 		}
 		for k, a := range n.members.probeAll(keys) {
@@ -124,7 +124,7 @@ func (cc *clusterClock) pollClocks(stop <-chan struct{}) {
 				continue
 			}
 			cc.n.versions.protocols.Prove(k.ID, a.Status.Protocols.OrLegacy())
-			if s, ok := StatusClock(k.ID, own, a.Status, n.clock.Now(), time.Now()); ok {
+			if s, ok := core.StatusClock(k.ID, own, a.Status, n.clock.Now(), time.Now()); ok {
 				cc.clocks.Observe(k.ID, s)
 			}
 		}

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/idgen/idgen/cluster/core"
 )
 
 // Members of other clusters. Gossip says a member of another cluster may
@@ -21,7 +23,7 @@ import (
 // its last window is all that is known of it.
 type foreignBook struct {
 	mu     sync.Mutex
-	proofs map[string]ForeignProof
+	proofs map[string]core.ForeignProof
 	retry  map[string]time.Time
 	// forkSince: since when each member has answered, without a break, as
 	// a serving member of another log of this cluster ID (forks.go).
@@ -37,33 +39,33 @@ type foreignBook struct {
 }
 
 func (b *foreignBook) init() {
-	b.proofs, b.retry = map[string]ForeignProof{}, map[string]time.Time{}
+	b.proofs, b.retry = map[string]core.ForeignProof{}, map[string]time.Time{}
 	b.forkSince, b.losing, b.servingSince = map[string]time.Time{}, map[string]time.Time{}, map[string]time.Time{}
 }
 
 // put records p, the answer of member id at now.
-func (b *foreignBook) put(id string, p ForeignProof, now time.Time) {
+func (b *foreignBook) put(id string, p core.ForeignProof, now time.Time) {
 	prev, known := b.proofs[id]
 	b.proofs[id] = p
 	unbroken := known && prev.Serving && now.Sub(prev.At) <= prev.SightingGap()
-	NoteRun(b.forkSince, id, p.Fork && p.Serving, unbroken && prev.Fork, now)
-	NoteRun(b.servingSince, id, p.Serving, unbroken, now)
+	core.NoteRun(b.forkSince, id, p.Fork && p.Serving, unbroken && prev.Fork, now)
+	core.NoteRun(b.servingSince, id, p.Serving, unbroken, now)
 }
 
 // unanswered ends id's runs: its probe failed, or it answered as neither
 // another cluster's member nor another log's.
 func (b *foreignBook) unanswered(id string, now time.Time) {
-	NoteRun(b.forkSince, id, false, false, now)
-	NoteRun(b.servingSince, id, false, false, now)
+	core.NoteRun(b.forkSince, id, false, false, now)
+	core.NoteRun(b.servingSince, id, false, false, now)
 }
 
 // contests reports whether a proven member of another cluster that still
 // serves on slot closes the slot's reserves to this cluster's leader (see
 // contestedBy).
-func (b *foreignBook) contests(slot int, now time.Time, longest time.Duration) (ForeignProof, bool) {
+func (b *foreignBook) contests(slot int, now time.Time, longest time.Duration) (core.ForeignProof, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return ContestedBy(b.proofs, b.servingSince, "", slot, now, longest)
+	return core.ContestedBy(b.proofs, b.servingSince, "", slot, now, longest)
 }
 
 // proveForeign probes the alive gossip members of other clusters whose proof
@@ -71,11 +73,11 @@ func (b *foreignBook) contests(slot int, now time.Time, longest time.Duration) (
 // cluster ID. A leader also asks the members of its own cluster ID that its
 // Raft configuration does not list (forkOf): a member of another log with
 // this cluster's ID is fenced like another cluster's until it stops.
-func (ms *membership) proveForeign(own string) []ForeignProof {
+func (ms *membership) proveForeign(own string) []core.ForeignProof {
 	n := ms.n
 	now := time.Now()
-	keys := map[ProbeKey]bool{}
-	claimed := map[string]GossipMember{}
+	keys := map[core.ProbeKey]bool{}
+	claimed := map[string]core.GossipMember{}
 	var servers map[string]string // this leader's configuration, ID to Raft address
 	if n.rs.raft.State() == raft.Leader {
 		servers = ms.configServers()
@@ -94,7 +96,7 @@ func (ms *membership) proveForeign(own string) []ForeignProof {
 		if now.Before(b.retry[id]) {
 			continue
 		}
-		keys[ProbeKey{id, m.Meta.GRPCAddr}] = true
+		keys[core.ProbeKey{ID: id, Addr: m.Meta.GRPCAddr}] = true
 		claimed[id] = m
 	}
 	b.mu.Unlock()
@@ -105,18 +107,18 @@ func (ms *membership) proveForeign(own string) []ForeignProof {
 		m := claimed[k.ID]
 		st := a.Status
 		_, known := b.proofs[k.ID]
-		fork := st.ClusterID == own && ForkOf(st, servers, known && b.proofs[k.ID].Fork)
+		fork := st.ClusterID == own && core.ForkOf(st, servers, known && b.proofs[k.ID].Fork)
 		if a.Err != nil || st.ID != k.ID || st.ClusterID == "" || st.ClusterID == own && !fork || st.ClusterID != m.Meta.ClusterID {
-			b.retry[k.ID] = now.Add(ForeignRetry)
+			b.retry[k.ID] = now.Add(core.ForeignRetry)
 			b.unanswered(k.ID, now)
 			continue
 		}
-		p := ProofFrom(st, k.Addr, now)
+		p := core.ProofFrom(st, k.Addr, now)
 		p.Fork = fork
 		p.Created = m.Meta.Created
 		b.put(k.ID, p, now)
 	}
-	out := make([]ForeignProof, 0, len(b.proofs))
+	out := make([]core.ForeignProof, 0, len(b.proofs))
 	for _, p := range b.proofs {
 		out = append(out, p)
 	}

@@ -20,7 +20,7 @@ func TestForgedForeignClusterStopsNobodyAndBurnsNoSlot(t *testing.T) {
 	tc := startThree(t, keyedGossip(randomBytes(t, 32)))
 	like := tc.specs["a"].cfg
 	for i, grpcAddr := range []string{"grpc-forged:1", tc.specs["b"].cfg.GRPCAddr} {
-		startIntruder(t, like, hex.EncodeToString(randomBytes(t, 16)), "", Meta{
+		startIntruder(t, like, hex.EncodeToString(randomBytes(t, 16)), "", core.Meta{
 			Name: fmt.Sprintf("forged-%d", i), GRPCAddr: grpcAddr, RaftAddr: "127.0.0.1:1",
 			Member: true, ClusterID: "0000000000000000000000000000forged", Created: 1,
 		}).Join([]string{like.GossipAddr})

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/idgen/idgen/cluster/core"
 )
 
 // Two Raft groups with one cluster ID are two clusters. A copy of a lone
@@ -58,9 +60,9 @@ func forkRanks(mine, other forkSide) (stop bool) {
 	switch {
 	case mine.voters != other.voters:
 		return mine.voters < other.voters
-	case other.history >= 2*mine.history+HistoryMargin:
+	case other.history >= 2*mine.history+core.HistoryMargin:
 		return true
-	case mine.history >= 2*other.history+HistoryMargin:
+	case mine.history >= 2*other.history+core.HistoryMargin:
 		return false
 	case mine.leaderID != other.leaderID:
 		return mine.leaderID > other.leaderID
@@ -75,8 +77,8 @@ func forkRanks(mine, other forkSide) (stop bool) {
 // this node last became the leader). It keeps b.losing; losing reports
 // whether this group ranks below one on this check (whatever the count),
 // and lose is then that group's member.
-func (b *foreignBook) forkVerdict(mine forkSide, led time.Time, confirm time.Duration, now time.Time) (lose ForeignProof, stop, losing bool) {
-	servingFork := func(p ForeignProof) bool {
+func (b *foreignBook) forkVerdict(mine forkSide, led time.Time, confirm time.Duration, now time.Time) (lose core.ForeignProof, stop, losing bool) {
+	servingFork := func(p core.ForeignProof) bool {
 		return p.Fork && p.Serving && now.Sub(p.At) <= p.SightingGap()
 	}
 	for id, p := range b.proofs {
@@ -128,12 +130,12 @@ func (rc *reconciler) checkForks() {
 	}
 	now := time.Now()
 	for _, p := range n.ident.copies.copies() {
-		if p.Serving && now.Sub(p.At) < ForeignConflictTTL {
+		if p.Serving && now.Sub(p.At) < core.ForeignConflictTTL {
 			rc.copyServed = now
 		}
 	}
 	led := n.clusterClock.ledSince.Load()
-	if now.Sub(rc.copyServed) < ForeignConflictTTL || led == 0 {
+	if now.Sub(rc.copyServed) < core.ForeignConflictTTL || led == 0 {
 		n.gate.forkHold.Store(nil)
 		return
 	}
@@ -157,7 +159,7 @@ func (rc *reconciler) checkForks() {
 
 // forkAdvice is the reason a leader gives when its Raft group ranks lower
 // than another group of its cluster ID that p is a member of.
-func forkAdvice(p ForeignProof, mine forkSide) string {
+func forkAdvice(p core.ForeignProof, mine forkSide) string {
 	why := fmt.Sprintf("a raft group of %d voters against this one's %d", p.Voters, mine.voters)
 	if p.Voters == mine.voters {
 		why = fmt.Sprintf("a raft group of as many voters, with about %d log entries against this one's %d, led from %s "+

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
+	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/cluster/door"
 )
 
@@ -29,8 +30,8 @@ type gossip struct {
 	updating sync.Mutex
 
 	mu      sync.Mutex
-	local   Meta
-	members map[string]*GossipMember
+	local   core.Meta
+	members map[string]*core.GossipMember
 	events  chan struct{}
 	now     func() time.Time
 }
@@ -39,13 +40,13 @@ type gossip struct {
 //
 // sighted (may be nil) hears the gRPC address of every process gossip shows
 // under this node's own name, or a member's, at a second address (twins.go).
-func openGossip(cfg *Config, nodeID string, local Meta, counts *door.Counts, logger *slog.Logger, sighted func(grpcAddr string), servers func(host string) bool) (*gossip, error) {
+func openGossip(cfg *Config, nodeID string, local core.Meta, counts *door.Counts, logger *slog.Logger, sighted func(grpcAddr string), servers func(host string) bool) (*gossip, error) {
 	g := &gossip{
 		name:    nodeID,
 		sighted: sighted,
 		logger:  logger.With("component", "gossip"),
 		local:   local,
-		members: map[string]*GossipMember{},
+		members: map[string]*core.GossipMember{},
 		events:  make(chan struct{}, 1),
 		now:     time.Now,
 	}
@@ -150,7 +151,7 @@ func (g *gossip) NotifyConflict(existing, other *memberlist.Node) {
 	if existing.Name != other.Name || g.sighted == nil {
 		return
 	}
-	var was, m Meta
+	var was, m core.Meta
 	if err := json.Unmarshal(other.Meta, &m); err != nil || m.GRPCAddr == "" {
 		return
 	}
@@ -161,7 +162,7 @@ func (g *gossip) NotifyConflict(existing, other *memberlist.Node) {
 }
 
 func (g *gossip) record(n *memberlist.Node, gone bool) {
-	m := &GossipMember{ID: n.Name, Addr: n.Address(), State: MemberAlive, Since: g.now()}
+	m := &core.GossipMember{ID: n.Name, Addr: n.Address(), State: MemberAlive, Since: g.now()}
 	if err := json.Unmarshal(n.Meta, &m.Meta); err == nil {
 		m.Parsed = true
 	}
@@ -184,10 +185,10 @@ func (g *gossip) record(n *memberlist.Node, gone bool) {
 }
 
 // snapshot returns a copy of every member seen, including dead and left ones.
-func (g *gossip) snapshot() map[string]GossipMember {
+func (g *gossip) snapshot() map[string]core.GossipMember {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := make(map[string]GossipMember, len(g.members))
+	out := make(map[string]core.GossipMember, len(g.members))
 	for id, m := range g.members {
 		out[id] = *m
 	}
@@ -204,7 +205,7 @@ func (g *gossip) forget(id string) {
 }
 
 // updateMeta changes the local metadata and gossips it.
-func (g *gossip) updateMeta(fn func(m *Meta)) {
+func (g *gossip) updateMeta(fn func(m *core.Meta)) {
 	g.mu.Lock()
 	before := g.local
 	fn(&g.local)

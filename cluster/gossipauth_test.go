@@ -57,7 +57,7 @@ func (d *intruderDelegate) MergeRemoteState([]byte, bool)              {}
 // (like's key and label), named name, advertising md. advertise, when set, is
 // the gossip address it claims (another node's, to speak in its name); it
 // binds a port of its own either way.
-func startIntruder(t *testing.T, like Config, name, advertise string, md Meta) *memberlist.Memberlist {
+func startIntruder(t *testing.T, like Config, name, advertise string, md core.Meta) *memberlist.Memberlist {
 	t.Helper()
 	b, err := json.Marshal(md)
 	if err != nil {
@@ -151,7 +151,7 @@ func TestGossipOnlyMemberIsNeverInRaft(t *testing.T) {
 		created = id.Created
 	}
 	fakeRaft := func() string { return fmt.Sprintf("127.0.0.1:%d", harness.NextPort(t)) }
-	intruders := map[string]Meta{
+	intruders := map[string]core.Meta{
 		hex.EncodeToString(randomBytes(t, 16)): {Name: "intruder-fresh", GRPCAddr: "grpc-intruder-fresh:1", RaftAddr: fakeRaft(), Expect: 3},
 		hex.EncodeToString(randomBytes(t, 16)): {Name: "intruder-member", GRPCAddr: "grpc-intruder-member:1", RaftAddr: fakeRaft(),
 			Member: true, ClusterID: own, Created: created},
@@ -204,7 +204,7 @@ func TestGossipOnlyMemberIsNeverInRaft(t *testing.T) {
 
 // victimOf picks a voter that is not the leader, and the gossip metadata it
 // advertises.
-func victimOf(t *testing.T, tc *testCluster, leader *Node) (*nodeSpec, Meta) {
+func victimOf(t *testing.T, tc *testCluster, leader *Node) (*nodeSpec, core.Meta) {
 	t.Helper()
 	for _, name := range []string{"a", "b", "c"} {
 		s := tc.specs[name]
@@ -217,7 +217,7 @@ func victimOf(t *testing.T, tc *testCluster, leader *Node) (*nodeSpec, Meta) {
 		return s, md
 	}
 	t.Fatal("no voter besides the leader")
-	return nil, Meta{}
+	return nil, core.Meta{}
 }
 
 // stillAVoter checks that id is a voter at raftAddr in n's configuration and
@@ -462,7 +462,7 @@ func TestGossipOnlyMemberIsNotABootstrapPeer(t *testing.T) {
 	tc.start("b")
 	like := tc.specs["a"].cfg
 	intruder := hex.EncodeToString(randomBytes(t, 16))
-	l := startIntruder(t, like, intruder, "", Meta{Name: "intruder", GRPCAddr: "grpc-intruder:1",
+	l := startIntruder(t, like, intruder, "", core.Meta{Name: "intruder", GRPCAddr: "grpc-intruder:1",
 		RaftAddr: fmt.Sprintf("127.0.0.1:%d", harness.NextPort(t)), Expect: 3})
 	seeds := []string{tc.specs["a"].cfg.GossipAddr, tc.specs["b"].cfg.GossipAddr}
 	if n, err := l.Join(seeds); n != len(seeds) {

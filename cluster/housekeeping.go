@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/generator"
 )
 
@@ -33,7 +34,7 @@ func (hk *housekeeper) housekeeping() {
 		hk.logReadiness()
 		member := n.members.inRaftConfig(n.id)
 		skewMS := n.agent.skew.Load() / int64(time.Millisecond)
-		n.gossip.updateMeta(func(m *Meta) {
+		n.gossip.updateMeta(func(m *core.Meta) {
 			m.Member = m.Member || member
 			m.SkewMS = skewMS / 100 * 100 // gossip only changes of 100 ms or more
 		})

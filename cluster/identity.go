@@ -16,7 +16,7 @@ import (
 // from the first moment.
 const clusterFile = "cluster.json"
 
-func readIdentity(dir string) (*Identity, error) {
+func readIdentity(dir string) (*core.Identity, error) {
 	b, err := os.ReadFile(filepath.Join(dir, clusterFile))
 	if os.IsNotExist(err) {
 		return nil, nil
@@ -24,7 +24,7 @@ func readIdentity(dir string) (*Identity, error) {
 	if err != nil {
 		return nil, err
 	}
-	var id Identity
+	var id core.Identity
 	if err := json.Unmarshal(b, &id); err != nil || id.ID == "" {
 		return nil, fmt.Errorf("cluster identity file %s is corrupt (%v); restore it, or wipe the whole data dir to start as a new node",
 			filepath.Join(dir, clusterFile), err)
@@ -32,7 +32,7 @@ func readIdentity(dir string) (*Identity, error) {
 	return &id, nil
 }
 
-func writeIdentity(dir string, id Identity) error {
+func writeIdentity(dir string, id core.Identity) error {
 	b, err := json.Marshal(id)
 	if err != nil {
 		return err
@@ -46,8 +46,8 @@ func writeIdentity(dir string, id Identity) error {
 func (iw *identityWatch) trackIdentity() {
 	n := iw.n
 	n.log.trackLayout()
-	var fromState Identity
-	n.fsm.view(func(s *core.State) { fromState = Identity{ID: s.ClusterID, Created: s.Created} })
+	var fromState core.Identity
+	n.fsm.view(func(s *core.State) { fromState = core.Identity{ID: s.ClusterID, Created: s.Created} })
 	if fromState.ID == "" {
 		return
 	}
@@ -62,7 +62,7 @@ func (iw *identityWatch) trackIdentity() {
 		return
 	}
 	iw.identity.Store(&fromState)
-	n.gossip.updateMeta(func(m *Meta) { m.ClusterID, m.Created = fromState.ID, fromState.Created })
+	n.gossip.updateMeta(func(m *core.Meta) { m.ClusterID, m.Created = fromState.ID, fromState.Created })
 	n.logger.Info("cluster identity", "cluster", fromState.String())
 }
 
@@ -71,7 +71,7 @@ func (iw *identityWatch) history() uint64 {
 	n := iw.n
 	var i uint64
 	n.fsm.view(func(s *core.State) { i = s.Index })
-	return CoarseIndex(i)
+	return core.CoarseIndex(i)
 }
 
 // checkConflict looks for gossip members of another cluster. Two clusters
@@ -85,9 +85,9 @@ func (iw *identityWatch) checkConflict() {
 	if own == nil {
 		return
 	}
-	mine := ClusterAge{Identity: *own, History: iw.history(), Serving: n.members.leaderKnown()}
-	others := map[string]ClusterAge{}
-	via := map[string]ForeignProof{}
+	mine := core.ClusterAge{Identity: *own, History: iw.history(), Serving: n.members.leaderKnown()}
+	others := map[string]core.ClusterAge{}
+	via := map[string]core.ForeignProof{}
 	now := time.Now()
 	// Only what a member proved over the authenticated transport counts
 	// (foreign.go): a gossip key alone can make up a cluster with any history.
@@ -95,11 +95,11 @@ func (iw *identityWatch) checkConflict() {
 		// A member of another log with this cluster's ID is not another
 		// cluster to rank: which of the two groups stops is the copies'
 		// decision (twins.go).
-		if now.Sub(p.At) > ForeignConflictTTL || p.Fork {
+		if now.Sub(p.At) > core.ForeignConflictTTL || p.Fork {
 			continue
 		}
 		o := others[p.Cluster]
-		o.Identity = Identity{ID: p.Cluster, Created: p.Created}
+		o.Identity = core.Identity{ID: p.Cluster, Created: p.Created}
 		o.Serving = o.Serving || p.Serving
 		if p.History >= o.History {
 			o.History = p.History
@@ -109,7 +109,7 @@ func (iw *identityWatch) checkConflict() {
 	}
 	for id, other := range others {
 		p := via[id]
-		var m GossipMember
+		var m core.GossipMember
 		if gm, ok := n.gossip.snapshot()[p.ID]; ok {
 			m = gm
 		}
@@ -122,7 +122,7 @@ func (iw *identityWatch) checkConflict() {
 			continue
 		}
 		// The agent sees the reason, revokes the generator and claims no more.
-		reason := ConflictAdvice(mine, other, m.Meta.Name, m.Addr)
+		reason := core.ConflictAdvice(mine, other, m.Meta.Name, m.Addr)
 		iw.conflict.Store(&reason)
 		n.logger.Error("stopping issuing: " + iw.conflictErr().Error())
 	}

@@ -108,6 +108,6 @@ func (lv *logView) trackLayout() {
 		return
 	}
 	lv.recorded.Store(&l)
-	n.gossip.updateMeta(func(m *Meta) { m.Layout = l.String() })
+	n.gossip.updateMeta(func(m *core.Meta) { m.Layout = l.String() })
 	n.logger.Info("cluster layout", "layout", l.String())
 }

@@ -53,7 +53,7 @@ func (ld *leader) leaderLoop(stop chan struct{}) {
 	n.logger.Info("gained leadership")
 	defer n.logger.Info("lost leadership")
 	defer ld.n.gate.leaderReady.Store(false)
-	n.recon.leaderState = NewLeaderState()
+	n.recon.leaderState = core.NewLeaderState()
 	for {
 		if err := n.rs.raft.Barrier(core.ApplyTimeout).Error(); err == nil {
 			break
@@ -81,13 +81,13 @@ func (ld *leader) leaderLoop(stop chan struct{}) {
 	)
 	establish := func() (handedOff bool) {
 		err := ld.establish()
-		if errors.Is(err, ErrFounderClock) && ld.handOffToClusterTime() {
+		if errors.Is(err, core.ErrFounderClock) && ld.handOffToClusterTime() {
 			return true
 		}
 		var again bool
 		if again, wait = core.EstablishNext(err, wait); again {
 			log := n.logger.Error
-			if errors.Is(err, ErrAwaitingClocks) {
+			if errors.Is(err, core.ErrAwaitingClocks) {
 				log = n.logger.Info
 			}
 			log("establish leadership; retrying", "err", err, "in", wait)
@@ -148,8 +148,8 @@ func (ld *leader) establish() error {
 	}
 	now := n.clock.Now()
 	ct, known := ld.n.clusterClock.clusterNow(now)
-	if err := FounderCheck(n.cfg.bootstrapLayout(), now, ct, known, n.cfg.MaxSkew); err != nil {
-		if errors.Is(err, ErrAwaitingClocks) {
+	if err := core.FounderCheck(n.cfg.bootstrapLayout(), now, ct, known, n.cfg.MaxSkew); err != nil {
+		if errors.Is(err, core.ErrAwaitingClocks) {
 			err = fmt.Errorf("%w (not heard from: %s; a release before protocol 2 reports no clock before Init: "+
 				"found a cluster with nodes of one release)", err, strings.Join(ld.n.clusterClock.unreportedVoters(), ", "))
 		}
@@ -213,7 +213,7 @@ func (rc *reconciler) reconcile() {
 		n.logger.Warn("reconcile: raft configuration", "err", err)
 		return
 	}
-	v := &MemberView{
+	v := &core.MemberView{
 		Self: n.id, SelfRaftAddr: n.cfg.RaftAdvertise, SelfSpeaksAs: string(n.rs.transport.LocalAddr()), Own: n.ident.ownCluster(),
 		LogHolds: n.log.logHolds,
 		Servers:  sweepServers(cf.Configuration()), Members: n.gossip.snapshot(), Addable: map[string]bool{},
@@ -225,9 +225,9 @@ func (rc *reconciler) reconcile() {
 		v.Layout = &l
 	}
 	for id, m := range v.Members {
-		v.Addable[id] = Addable(m, v.Own)
+		v.Addable[id] = core.Addable(m, v.Own)
 	}
-	inRaft := ServersByID(v.Servers)
+	inRaft := core.ServersByID(v.Servers)
 	n.fsm.view(func(s *core.State) {
 		v.Holders = s.Holders()
 		for _, id := range s.SortedNodeIDs() {
@@ -248,7 +248,7 @@ func (rc *reconciler) reconcile() {
 }
 
 // memberAct carries out one of sweepActions' decisions.
-func (rc *reconciler) memberAct(a MemberAction, now time.Time) {
+func (rc *reconciler) memberAct(a core.MemberAction, now time.Time) {
 	n := rc.n
 	ls := &rc.leaderState
 	readd := func(voter bool) error {
@@ -259,35 +259,35 @@ func (rc *reconciler) memberAct(a MemberAction, now time.Time) {
 		return add(raft.ServerID(a.ID), raft.ServerAddress(a.Addr), 0, core.ApplyTimeout).Error()
 	}
 	switch a.Kind {
-	case ActOwnAddr:
+	case core.ActOwnAddr:
 		if err := readd(a.Voter); err != nil {
 			n.logger.Warn("reconcile: update own raft address", "err", err)
 		} else {
 			n.logger.Info("updated own raft address", "from", a.Why, "to", a.Addr)
 		}
-	case ActReap:
+	case core.ActReap:
 		rc.reap(a.ID, a.Why)
-	case ActRefuse:
+	case core.ActRefuse:
 		n.recon.refuse(a.ID, a.Name, a.Why, a.Err)
-	case ActNote:
+	case core.ActNote:
 		n.logger.Debug(a.Why, "id", a.ID)
-	case ActWait:
+	case core.ActWait:
 		n.logger.Info(a.Why, "id", a.ID, "raft", a.Addr)
-	case ActAddNonvoter:
+	case core.ActAddNonvoter:
 		if err := n.rs.raft.AddNonvoter(raft.ServerID(a.ID), raft.ServerAddress(a.Addr), 0, core.ApplyTimeout).Error(); err != nil {
 			n.logger.Warn("reconcile: add non-voter", "id", a.ID, "err", err)
 			return
 		}
 		n.logger.Info("added non-voter", "id", a.ID, "name", a.Name, "raft", a.Addr)
 		ls.Added(a.ID, now)
-	case ActMoveAddr:
+	case core.ActMoveAddr:
 		if err := readd(a.Voter); err != nil {
 			n.logger.Warn("reconcile: update raft address", "id", a.ID, "err", err)
 			return
 		}
 		n.logger.Info("updated raft address", "id", a.ID, "from", a.Why, "to", a.Addr)
 		ls.Moved(a.ID)
-	case ActPromote:
+	case core.ActPromote:
 		if err := n.rs.raft.AddVoter(raft.ServerID(a.ID), raft.ServerAddress(a.Addr), 0, core.ApplyTimeout).Error(); err != nil {
 			n.logger.Warn("reconcile: promote", "id", a.ID, "err", err)
 			return
@@ -441,7 +441,7 @@ func (rc *reconciler) fenceForeign() {
 	// Copies of this node's data dir that stopped are fenced like another
 	// cluster (twins.go): their log granted windows this one never saw.
 	proofs := append(rc.n.members.proveForeign(own), n.ident.copies.copies()...)
-	for _, f := range ForeignFences(proofs, layout) {
+	for _, f := range core.ForeignFences(proofs, layout) {
 		kind := fenceOtherCluster
 		if f.Foreign == own {
 			kind = fenceCopy // a copy's proof names this cluster (twins.go)
@@ -452,7 +452,7 @@ func (rc *reconciler) fenceForeign() {
 			continue
 		}
 		var cmds []core.Command
-		n.fsm.view(func(s *core.State) { cmds = FenceCommands(s, f, own) })
+		n.fsm.view(func(s *core.State) { cmds = core.FenceCommands(s, f, own) })
 		for _, c := range cmds {
 			ctx, cancel := context.WithTimeout(context.Background(), core.ApplyTimeout)
 			_, _, err := n.gate.raftApply(ctx, c)
@@ -480,10 +480,10 @@ func (rc *reconciler) fenceForeign() {
 }
 
 // sweepServers is Raft's configuration as a sweep reads it.
-func sweepServers(cf raft.Configuration) []Server {
-	out := make([]Server, 0, len(cf.Servers))
+func sweepServers(cf raft.Configuration) []core.Server {
+	out := make([]core.Server, 0, len(cf.Servers))
 	for _, s := range cf.Servers {
-		out = append(out, Server{ID: string(s.ID), Address: string(s.Address), Voter: s.Suffrage == raft.Voter})
+		out = append(out, core.Server{ID: string(s.ID), Address: string(s.Address), Voter: s.Suffrage == raft.Voter})
 	}
 	return out
 }

@@ -319,20 +319,20 @@ func TestFenceCommands(t *testing.T) {
 	mustApply(core.Command{Type: core.CmdFence, Slot: 1, UpTo: 40, Foreign: "x"}, 4)
 	for _, tc := range []struct {
 		name string
-		f    ForeignFence
+		f    core.ForeignFence
 		want []core.CommandType
 	}{
-		{"held, window inside the holder's: end the tenure", ForeignFence{Slot: 0, UpTo: 25, Foreign: "x"}, []core.CommandType{core.CmdRelease}},
-		{"held, window above highWater: fence (ends it too)", ForeignFence{Slot: 0, UpTo: 50, Foreign: "x"}, []core.CommandType{core.CmdFence}},
-		{"held, window below the tenure's floor: nothing", ForeignFence{Slot: 0, UpTo: 9, Foreign: "x"}, nil},
-		{"free, window below highWater: nothing", ForeignFence{Slot: 1, UpTo: 30, Foreign: "x"}, nil},
-		{"free, window above: fence", ForeignFence{Slot: 1, UpTo: 41, Foreign: "x"}, []core.CommandType{core.CmdFence}},
-		{"another layout: nothing", ForeignFence{Slot: 0, UpTo: 50, Foreign: "x", OtherLayout: true}, nil},
-		{"past the layout's end: nothing", ForeignFence{Slot: 0, UpTo: l.MaxTimestamp() + 1, Foreign: "x"}, nil},
-		{"no such slot: nothing", ForeignFence{Slot: len(s.Slots), UpTo: 50, Foreign: "x"}, nil},
+		{"held, window inside the holder's: end the tenure", core.ForeignFence{Slot: 0, UpTo: 25, Foreign: "x"}, []core.CommandType{core.CmdRelease}},
+		{"held, window above highWater: fence (ends it too)", core.ForeignFence{Slot: 0, UpTo: 50, Foreign: "x"}, []core.CommandType{core.CmdFence}},
+		{"held, window below the tenure's floor: nothing", core.ForeignFence{Slot: 0, UpTo: 9, Foreign: "x"}, nil},
+		{"free, window below highWater: nothing", core.ForeignFence{Slot: 1, UpTo: 30, Foreign: "x"}, nil},
+		{"free, window above: fence", core.ForeignFence{Slot: 1, UpTo: 41, Foreign: "x"}, []core.CommandType{core.CmdFence}},
+		{"another layout: nothing", core.ForeignFence{Slot: 0, UpTo: 50, Foreign: "x", OtherLayout: true}, nil},
+		{"past the layout's end: nothing", core.ForeignFence{Slot: 0, UpTo: l.MaxTimestamp() + 1, Foreign: "x"}, nil},
+		{"no such slot: nothing", core.ForeignFence{Slot: len(s.Slots), UpTo: 50, Foreign: "x"}, nil},
 	} {
 		var got []core.CommandType
-		for _, c := range FenceCommands(s, tc.f, "c1") {
+		for _, c := range core.FenceCommands(s, tc.f, "c1") {
 			if err := c.Validate(); err != nil {
 				t.Errorf("%s: %s is not a valid command: %v", tc.name, c.Type, err)
 			}
@@ -349,14 +349,14 @@ func TestFenceCommands(t *testing.T) {
 // serve, clearly more history wins, and close histories go to the older
 // creation time.
 func TestOutranks(t *testing.T) {
-	old := Identity{ID: "old", Created: 1}
-	young := Identity{ID: "young", Created: 2}
-	age := func(id Identity, history uint64, serving bool) ClusterAge {
-		return ClusterAge{Identity: id, History: history, Serving: serving}
+	old := core.Identity{ID: "old", Created: 1}
+	young := core.Identity{ID: "young", Created: 2}
+	age := func(id core.Identity, history uint64, serving bool) core.ClusterAge {
+		return core.ClusterAge{Identity: id, History: history, Serving: serving}
 	}
 	for _, c := range []struct {
 		name           string
-		a, b           ClusterAge
+		a, b           core.ClusterAge
 		aKeeps, bKeeps bool
 	}{
 		{"the serving replacement of a dead cluster's survivor", age(young, 10, true), age(old, 5000, false), true, false},
@@ -400,7 +400,7 @@ func TestFoundersWithoutClocksFoundNothing(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if s.rs.raft.State() == raft.Leader {
-		if err := s.lead.establish(); !errors.Is(err, ErrAwaitingClocks) || !strings.Contains(err.Error(), tc.node("a").ID()) {
+		if err := s.lead.establish(); !errors.Is(err, core.ErrAwaitingClocks) || !strings.Contains(err.Error(), tc.node("a").ID()) {
 			t.Errorf("s's establish: %v; want it awaiting the founders' clocks, naming a", err)
 		}
 	}

@@ -101,7 +101,7 @@ func (ms *membership) leaderKnown() bool {
 		ms.leaderSeen.Store(now)
 		return true
 	}
-	return now-ms.leaderSeen.Load() < int64(LeaderGrace)
+	return now-ms.leaderSeen.Load() < int64(core.LeaderGrace)
 }
 
 // leaderWithin reports whether this node knew a Raft leader within d.

@@ -124,7 +124,7 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n.reason.set("starting")
 	n.log.recorded.Store(recorded)
-	local := Meta{
+	local := core.Meta{
 		Name: cfg.Name, GRPCAddr: cfg.GRPCAddr, RaftAddr: cfg.RaftAdvertise, HTTPAddr: cfg.HTTPAddr,
 		Version: cfg.Version, Revision: shortRevision(cfg.Revision), Expect: cfg.BootstrapExpect,
 		PMin: cfg.protocols.Min, PMax: cfg.protocols.Max,
@@ -499,7 +499,7 @@ func (n *Node) Leave(ctx context.Context) error {
 			return fmt.Errorf("leave raft: %w", err)
 		}
 	}
-	n.gossip.updateMeta(func(m *Meta) { m.Leaving = true })
+	n.gossip.updateMeta(func(m *core.Meta) { m.Leaving = true })
 	if err := n.gossip.leave(5 * time.Second); err != nil {
 		n.logger.Warn("leave: gossip", "err", err)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"sync"
+
+	"github.com/idgen/idgen/cluster/core"
 )
 
 // Membership authority. Gossip tells the leader that a node may exist; any
@@ -19,25 +21,25 @@ var errNoProber = errors.New("no prober configured")
 
 // probeAll asks every key's address who it is, probeParallel at a time,
 // each within probeTimeout (sooner if the node shuts down).
-func (ms *membership) probeAll(keys map[ProbeKey]bool) map[ProbeKey]ProbeAnswer {
-	out := make(map[ProbeKey]ProbeAnswer, len(keys))
+func (ms *membership) probeAll(keys map[core.ProbeKey]bool) map[core.ProbeKey]core.ProbeAnswer {
+	out := make(map[core.ProbeKey]core.ProbeAnswer, len(keys))
 	if len(keys) == 0 {
 		return out
 	}
 	var (
 		mu  sync.Mutex
 		wg  sync.WaitGroup
-		sem = make(chan struct{}, ProbeParallel)
+		sem = make(chan struct{}, core.ProbeParallel)
 	)
 	for k := range keys {
 		wg.Add(1)
 		sem <- struct{}{}
-		go func(k ProbeKey) {
+		go func(k core.ProbeKey) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			st, err := ms.probe(k.Addr)
 			mu.Lock()
-			out[k] = ProbeAnswer{st, err}
+			out[k] = core.ProbeAnswer{Status: st, Err: err}
 			mu.Unlock()
 		}(k)
 	}
@@ -50,7 +52,7 @@ func (ms *membership) probe(addr string) (Status, error) {
 	if n.cfg.Prober == nil {
 		return Status{}, errNoProber
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), ProbeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), core.ProbeTimeout)
 	defer cancel()
 	go func() {
 		select {
@@ -67,7 +69,7 @@ func (ms *membership) probe(addr string) (Status, error) {
 func (rc *reconciler) refuse(id, name, action string, err error) {
 	n := rc.n
 	kind := err
-	for _, s := range []error{ErrProbeUnanswered, ErrProbeOtherNode, ErrProbeLeaving, ErrProbeRaftAddr, ErrProbeCluster, ErrProbeBehind, errNoProber, ErrProtocol, ErrProbeNoClaim} {
+	for _, s := range []error{core.ErrProbeUnanswered, core.ErrProbeOtherNode, core.ErrProbeLeaving, core.ErrProbeRaftAddr, core.ErrProbeCluster, core.ErrProbeBehind, errNoProber, ErrProtocol, core.ErrProbeNoClaim} {
 		if errors.Is(err, s) {
 			kind = s
 			break
@@ -78,11 +80,11 @@ func (rc *reconciler) refuse(id, name, action string, err error) {
 		return
 	}
 	rc.leaderState.Refused[id] = key
-	if errors.Is(err, ErrProbeBehind) || errors.Is(err, ErrProbeLeaving) {
+	if errors.Is(err, core.ErrProbeBehind) || errors.Is(err, core.ErrProbeLeaving) {
 		n.logger.Info(action, "id", id, "name", name, "reason", err)
 		return
 	}
-	if errors.Is(err, ErrProtocol) || errors.Is(err, ErrProbeNoClaim) {
+	if errors.Is(err, ErrProtocol) || errors.Is(err, core.ErrProbeNoClaim) {
 		n.logger.Warn(action+": it cannot take part in this cluster", "id", id, "name", name, "reason", err)
 		return
 	}

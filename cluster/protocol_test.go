@@ -376,10 +376,10 @@ func TestNodeThatCannotClaimIsNotAVoter(t *testing.T) {
 		}
 	}
 	st := dc.Status()
-	if err := CanTakePart(st, ptr(a.Layout())); err == nil || !strings.Contains(err.Error(), "--datacenter 7") {
+	if err := core.CanTakePart(st, ptr(a.Layout())); err == nil || !strings.Contains(err.Error(), "--datacenter 7") {
 		t.Errorf("canTakePart(dc) = %v, want the datacenter named", err)
 	}
-	if err := CanTakePart(lay.Status(), ptr(a.Layout())); err == nil || !strings.Contains(err.Error(), "layout") {
+	if err := core.CanTakePart(lay.Status(), ptr(a.Layout())); err == nil || !strings.Contains(err.Error(), "layout") {
 		t.Errorf("canTakePart(lay) = %v, want the layout named", err)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/idgen/idgen/cluster/core"
 )
 
 // The leader's membership decisions (reconcile.go), as a pure function of a
@@ -19,17 +21,17 @@ const sweepReapAfter = 30 * time.Second
 
 // sweepMember is an alive, parsed gossip member at gRPC address "g"+id and
 // Raft address "r"+id, of cluster own.
-func sweepMember(id string) GossipMember {
-	return GossipMember{ID: id, State: MemberAlive, Parsed: true, Since: sweepT0.Add(-time.Hour),
-		Meta: Meta{Name: id, GRPCAddr: "g" + id, RaftAddr: "r" + id, ClusterID: "own", Member: true}}
+func sweepMember(id string) core.GossipMember {
+	return core.GossipMember{ID: id, State: MemberAlive, Parsed: true, Since: sweepT0.Add(-time.Hour),
+		Meta: core.Meta{Name: id, GRPCAddr: "g" + id, RaftAddr: "r" + id, ClusterID: "own", Member: true}}
 }
 
-func sweepView(now time.Time, servers []raft.Server, members ...GossipMember) *MemberView {
-	v := &MemberView{Self: "a", SelfRaftAddr: "ra", Own: "own", Servers: sweepServers(raft.Configuration{Servers: servers}), Members: map[string]GossipMember{},
+func sweepView(now time.Time, servers []raft.Server, members ...core.GossipMember) *core.MemberView {
+	v := &core.MemberView{Self: "a", SelfRaftAddr: "ra", Own: "own", Servers: sweepServers(raft.Configuration{Servers: servers}), Members: map[string]core.GossipMember{},
 		Addable: map[string]bool{}, StateAddr: map[string]string{}, LeaderApplied: 100, Now: now, ReapAfter: sweepReapAfter}
-	for _, m := range append([]GossipMember{sweepMember("a")}, members...) {
+	for _, m := range append([]core.GossipMember{sweepMember("a")}, members...) {
 		v.Members[m.ID] = m
-		v.Addable[m.ID] = Addable(m, v.Own)
+		v.Addable[m.ID] = core.Addable(m, v.Own)
 	}
 	return v
 }
@@ -44,29 +46,29 @@ func nonvoter(id string) raft.Server {
 
 // answering: every probe of id at any address gets st (with its ID set),
 // or err.
-func answering(probes map[ProbeKey]bool, who map[string]ProbeAnswer) map[ProbeKey]ProbeAnswer {
-	out := map[ProbeKey]ProbeAnswer{}
+func answering(probes map[core.ProbeKey]bool, who map[string]core.ProbeAnswer) map[core.ProbeKey]core.ProbeAnswer {
+	out := map[core.ProbeKey]core.ProbeAnswer{}
 	for k := range probes {
 		if a, ok := who[k.ID]; ok {
 			out[k] = a
 		} else {
-			out[k] = ProbeAnswer{Err: errors.New("connection refused")}
+			out[k] = core.ProbeAnswer{Err: errors.New("connection refused")}
 		}
 	}
 	return out
 }
 
-func member(id string, applied uint64) ProbeAnswer {
+func member(id string, applied uint64) core.ProbeAnswer {
 	anyDC := -1 // (a node of this build says its datacenter: shownToTakePart)
-	return ProbeAnswer{Status: Status{ID: id, RaftAddr: "r" + id, ClusterID: "own", AppliedIndex: applied, LastIndex: applied, Datacenter: &anyDC}}
+	return core.ProbeAnswer{Status: Status{ID: id, RaftAddr: "r" + id, ClusterID: "own", AppliedIndex: applied, LastIndex: applied, Datacenter: &anyDC}}
 }
 
-func sweep(ls *LeaderState, v *MemberView, who map[string]ProbeAnswer) []MemberAction {
+func sweep(ls *core.LeaderState, v *core.MemberView, who map[string]core.ProbeAnswer) []core.MemberAction {
 	probes, gone := ls.SweepProbes(v)
 	return ls.SweepActions(v, gone, answering(probes, who))
 }
 
-func kinds(acts []MemberAction) string {
+func kinds(acts []core.MemberAction) string {
 	var b []string
 	for _, a := range acts {
 		b = append(b, a.Kind.String()+" "+a.ID)
@@ -78,24 +80,24 @@ func kinds(acts []MemberAction) string {
 // answers as itself is added as a non-voter; once it follows the log it is
 // promoted, but not before it has been a non-voter for a second.
 func TestSweepAddsAProvenMemberAndPromotesItASecondLater(t *testing.T) {
-	ls := NewLeaderState()
+	ls := core.NewLeaderState()
 	fresh := sweepMember("b")
 	fresh.Meta.ClusterID, fresh.Meta.Member = "", false
 	v := sweepView(sweepT0, []raft.Server{voter("a")}, fresh)
-	acts := sweep(&ls, v, map[string]ProbeAnswer{"b": {Status: Status{ID: "b", RaftAddr: "rb"}}})
+	acts := sweep(&ls, v, map[string]core.ProbeAnswer{"b": {Status: Status{ID: "b", RaftAddr: "rb"}}})
 	if got := kinds(acts); got != "add non-voter b" || acts[0].Addr != "rb" {
 		t.Fatalf("fresh member: %s (%+v), want add non-voter b at rb", got, acts)
 	}
 	ls.Added("b", sweepT0)
 	servers := []raft.Server{voter("a"), nonvoter("b")}
 	b := sweepMember("b")
-	if got := kinds(sweep(&ls, sweepView(sweepT0.Add(500*time.Millisecond), servers, b), map[string]ProbeAnswer{"b": member("b", 100)})); got != "" {
+	if got := kinds(sweep(&ls, sweepView(sweepT0.Add(500*time.Millisecond), servers, b), map[string]core.ProbeAnswer{"b": member("b", 100)})); got != "" {
 		t.Fatalf("half a second after it was added: %s, want nothing", got)
 	}
-	if got := kinds(sweep(&ls, sweepView(sweepT0.Add(time.Second), servers, b), map[string]ProbeAnswer{"b": member("b", 100-PromoteMaxLag-1)})); got != "refuse b" {
+	if got := kinds(sweep(&ls, sweepView(sweepT0.Add(time.Second), servers, b), map[string]core.ProbeAnswer{"b": member("b", 100-core.PromoteMaxLag-1)})); got != "refuse b" {
 		t.Fatalf("a non-voter behind the log: %s, want refuse b", got)
 	}
-	if got := kinds(sweep(&ls, sweepView(sweepT0.Add(time.Second), servers, b), map[string]ProbeAnswer{"b": member("b", 90)})); got != "promote b" {
+	if got := kinds(sweep(&ls, sweepView(sweepT0.Add(time.Second), servers, b), map[string]core.ProbeAnswer{"b": member("b", 90)})); got != "promote b" {
 		t.Fatalf("a second later, following the log: %s, want promote b", got)
 	}
 }
@@ -109,11 +111,11 @@ func TestSweepAddsAProvenMemberAndPromotesItASecondLater(t *testing.T) {
 func TestSweepNeverReapsOnOneFailedProbe(t *testing.T) {
 	servers := []raft.Server{voter("a"), voter("b"), voter("c")}
 	c := sweepMember("c")
-	run := func(t *testing.T, b GossipMember, who func(at time.Duration) map[string]ProbeAnswer) time.Duration {
+	run := func(t *testing.T, b core.GossipMember, who func(at time.Duration) map[string]core.ProbeAnswer) time.Duration {
 		t.Helper()
-		ls := NewLeaderState()
+		ls := core.NewLeaderState()
 		for at := time.Duration(0); at <= 3*sweepReapAfter; at += sweepReapAfter / 10 {
-			w := map[string]ProbeAnswer{"c": member("c", 100)}
+			w := map[string]core.ProbeAnswer{"c": member("c", 100)}
 			for id, a := range who(at) {
 				w[id] = a
 			}
@@ -125,7 +127,7 @@ func TestSweepNeverReapsOnOneFailedProbe(t *testing.T) {
 		}
 		return -1
 	}
-	silent := func(time.Duration) map[string]ProbeAnswer { return nil }
+	silent := func(time.Duration) map[string]core.ProbeAnswer { return nil }
 	dead := sweepMember("b")
 	dead.State, dead.Since = MemberDead, sweepT0
 	if at := run(t, dead, silent); at != sweepReapAfter {
@@ -136,16 +138,16 @@ func TestSweepNeverReapsOnOneFailedProbe(t *testing.T) {
 	if at := run(t, left, silent); at != sweepReapAfter {
 		t.Errorf("shown left, never confirmed, silent: reaped at %v, want at reap-after (%v)", at, sweepReapAfter)
 	}
-	leaving := func(time.Duration) map[string]ProbeAnswer {
-		return map[string]ProbeAnswer{"b": {Status: Status{ID: "b", RaftAddr: "rb", ClusterID: "own", Leaving: true}}}
+	leaving := func(time.Duration) map[string]core.ProbeAnswer {
+		return map[string]core.ProbeAnswer{"b": {Status: Status{ID: "b", RaftAddr: "rb", ClusterID: "own", Leaving: true}}}
 	}
 	if at := run(t, left, leaving); at != 0 {
 		t.Errorf("shown left and saying so itself: reaped at %v, want at once", at)
 	}
 	// One answer in the second half starts the run of failures again.
-	once := func(at time.Duration) map[string]ProbeAnswer {
+	once := func(at time.Duration) map[string]core.ProbeAnswer {
 		if at == sweepReapAfter*9/10 {
-			return map[string]ProbeAnswer{"b": member("b", 100)}
+			return map[string]core.ProbeAnswer{"b": member("b", 100)}
 		}
 		return nil
 	}
@@ -153,9 +155,9 @@ func TestSweepNeverReapsOnOneFailedProbe(t *testing.T) {
 		t.Errorf("answered once at %v: reaped at %v, want half of reap-after of failures after that", sweepReapAfter*9/10, at)
 	}
 	// A probe that fails only now and then is never enough.
-	if at := run(t, left, func(at time.Duration) map[string]ProbeAnswer {
+	if at := run(t, left, func(at time.Duration) map[string]core.ProbeAnswer {
 		if (at/(sweepReapAfter/10))%3 != 0 {
-			return map[string]ProbeAnswer{"b": member("b", 100)}
+			return map[string]core.ProbeAnswer{"b": member("b", 100)}
 		}
 		return nil
 	}); at >= 0 {
@@ -174,7 +176,7 @@ func TestSweepKeepsAVoterThatAnswersRaft(t *testing.T) {
 	servers := []raft.Server{voter("a"), voter("b"), voter("c")}
 	dead := sweepMember("b")
 	dead.State, dead.Since = MemberDead, sweepT0
-	ls := NewLeaderState()
+	ls := core.NewLeaderState()
 	raftStops := 2 * sweepReapAfter
 	for at := time.Duration(0); at <= 4*sweepReapAfter; at += sweepReapAfter / 10 {
 		now := sweepT0.Add(at)
@@ -185,7 +187,7 @@ func TestSweepKeepsAVoterThatAnswersRaft(t *testing.T) {
 			}
 			return sweepT0.Add(raftStops)
 		}
-		got := kinds(sweep(&ls, v, map[string]ProbeAnswer{"c": member("c", 100)}))
+		got := kinds(sweep(&ls, v, map[string]core.ProbeAnswer{"c": member("c", 100)}))
 		switch {
 		case got == "reap b" && at <= raftStops:
 			t.Fatalf("at %v: reaped b while it answers raft", at)
@@ -213,19 +215,19 @@ func TestSweepReapsOnlyWhatDoesNotAnswerAsAMember(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		after time.Duration
-		who   map[string]ProbeAnswer
+		who   map[string]core.ProbeAnswer
 		want  string
 	}{
 		{"before reap-after", sweepReapAfter - time.Second, nil, ""},
 		{"silent, asked once", sweepReapAfter, nil, ""},
-		{"leaving", sweepReapAfter, map[string]ProbeAnswer{"b": {Status: Status{ID: "b", RaftAddr: "rb", ClusterID: "own", Leaving: true}}}, "reap b"},
-		{"another cluster's", sweepReapAfter, map[string]ProbeAnswer{"b": {Status: Status{ID: "b", RaftAddr: "rb", ClusterID: "other"}}}, "reap b"},
-		{"another node at its address", sweepReapAfter, map[string]ProbeAnswer{"b": {Status: Status{ID: "x", RaftAddr: "rb", ClusterID: "own"}}}, "reap b"},
-		{"answers as a member", sweepReapAfter, map[string]ProbeAnswer{"b": member("b", 100)}, "refuse b"},
+		{"leaving", sweepReapAfter, map[string]core.ProbeAnswer{"b": {Status: Status{ID: "b", RaftAddr: "rb", ClusterID: "own", Leaving: true}}}, "reap b"},
+		{"another cluster's", sweepReapAfter, map[string]core.ProbeAnswer{"b": {Status: Status{ID: "b", RaftAddr: "rb", ClusterID: "other"}}}, "reap b"},
+		{"another node at its address", sweepReapAfter, map[string]core.ProbeAnswer{"b": {Status: Status{ID: "x", RaftAddr: "rb", ClusterID: "own"}}}, "reap b"},
+		{"answers as a member", sweepReapAfter, map[string]core.ProbeAnswer{"b": member("b", 100)}, "refuse b"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ls := NewLeaderState()
-			who := map[string]ProbeAnswer{"c": member("c", 100)}
+			ls := core.NewLeaderState()
+			who := map[string]core.ProbeAnswer{"c": member("c", 100)}
 			for id, a := range tc.who {
 				who[id] = a
 			}
@@ -235,7 +237,7 @@ func TestSweepReapsOnlyWhatDoesNotAnswerAsAMember(t *testing.T) {
 		})
 	}
 	// The leader itself is never reaped, whatever gossip says of it.
-	ls := NewLeaderState()
+	ls := core.NewLeaderState()
 	v := sweepView(sweepT0.Add(time.Hour), servers, dead, c)
 	self := v.Members["a"]
 	self.State = MemberLeft
@@ -256,8 +258,8 @@ func TestSweepWaitsForTheOldOwnerOfAnAddress(t *testing.T) {
 	wiped := sweepMember("b1")
 	wiped.Meta.RaftAddr, wiped.Meta.ClusterID, wiped.Meta.Member = "rb", "", false
 	servers := []raft.Server{voter("a"), {Suffrage: raft.Voter, ID: "b0", Address: "rb"}}
-	who := map[string]ProbeAnswer{"b1": {Status: Status{ID: "b1", RaftAddr: "rb"}}, "b0": {Status: Status{ID: "b0", RaftAddr: "rb", ClusterID: "own"}}}
-	ls := NewLeaderState()
+	who := map[string]core.ProbeAnswer{"b1": {Status: Status{ID: "b1", RaftAddr: "rb"}}, "b0": {Status: Status{ID: "b0", RaftAddr: "rb", ClusterID: "own"}}}
+	ls := core.NewLeaderState()
 	if got := kinds(sweep(&ls, sweepView(sweepT0, servers, old, wiped), who)); got != "wait b1" {
 		t.Fatalf("old owner alive: %s, want wait b1", got)
 	}
@@ -275,22 +277,22 @@ func TestSweepRefusesWhatGossipAloneClaims(t *testing.T) {
 	liar := sweepMember("c")
 	other := sweepMember("d")
 	other.Meta.ClusterID = "other"
-	ls := NewLeaderState()
+	ls := core.NewLeaderState()
 	servers := []raft.Server{voter("a")}
-	who := map[string]ProbeAnswer{"c": {Status: Status{ID: "someone-else", RaftAddr: "rc"}}, "d": member("d", 100)}
+	who := map[string]core.ProbeAnswer{"c": {Status: Status{ID: "someone-else", RaftAddr: "rc"}}, "d": member("d", 100)}
 	acts := sweep(&ls, sweepView(sweepT0, servers, liar, other), who)
-	if got := kinds(acts); got != "refuse c, note d" || !errors.Is(acts[0].Err, ErrProbeOtherNode) {
+	if got := kinds(acts); got != "refuse c, note d" || !errors.Is(acts[0].Err, core.ErrProbeOtherNode) {
 		t.Fatalf("got %s (%+v), want refuse c (another node answers), note d", got, acts)
 	}
-	probes, _ := ls.SweepProbes(sweepView(sweepT0.Add(ProbeBackoffMin/2), servers, liar, other))
+	probes, _ := ls.SweepProbes(sweepView(sweepT0.Add(core.ProbeBackoffMin/2), servers, liar, other))
 	if len(probes) != 0 {
 		t.Fatalf("within the backoff: probes %v, want none", probes)
 	}
-	if ls.Wake != sweepT0.Add(ProbeBackoffMin) {
-		t.Fatalf("wake %v, want the backoff's end %v", ls.Wake, sweepT0.Add(ProbeBackoffMin))
+	if ls.Wake != sweepT0.Add(core.ProbeBackoffMin) {
+		t.Fatalf("wake %v, want the backoff's end %v", ls.Wake, sweepT0.Add(core.ProbeBackoffMin))
 	}
-	probes, _ = ls.SweepProbes(sweepView(sweepT0.Add(ProbeBackoffMin), servers, liar, other))
-	if !probes[ProbeKey{"c", "gc"}] || len(probes) != 1 {
+	probes, _ = ls.SweepProbes(sweepView(sweepT0.Add(core.ProbeBackoffMin), servers, liar, other))
+	if !probes[core.ProbeKey{ID: "c", Addr: "gc"}] || len(probes) != 1 {
 		t.Fatalf("after the backoff: probes %v, want c at gc only", probes)
 	}
 }
@@ -298,7 +300,7 @@ func TestSweepRefusesWhatGossipAloneClaims(t *testing.T) {
 // TestSweepReapsANonvoterThatNeverProvesItself, and moves a server whose
 // Raft address changed only when it says so itself.
 func TestSweepReapsANonvoterThatNeverProvesItself(t *testing.T) {
-	ls := NewLeaderState()
+	ls := core.NewLeaderState()
 	servers := []raft.Server{voter("a"), nonvoter("b")}
 	b := sweepMember("b")
 	if got := kinds(sweep(&ls, sweepView(sweepT0, servers, b), nil)); got != "refuse b" {
@@ -311,10 +313,10 @@ func TestSweepReapsANonvoterThatNeverProvesItself(t *testing.T) {
 	moved := sweepMember("c")
 	moved.Meta.RaftAddr = "rc2"
 	servers = []raft.Server{voter("a"), voter("c")}
-	if got := kinds(sweep(&ls, sweepView(sweepT0, servers, moved), map[string]ProbeAnswer{"c": member("c", 100)})); got != "refuse c" {
+	if got := kinds(sweep(&ls, sweepView(sweepT0, servers, moved), map[string]core.ProbeAnswer{"c": member("c", 100)})); got != "refuse c" {
 		t.Fatalf("gossip shows a new address the node does not: %s, want refuse c", got)
 	}
-	acts := sweep(&ls, sweepView(sweepT0, servers, moved), map[string]ProbeAnswer{"c": {Status: Status{ID: "c", RaftAddr: "rc2", ClusterID: "own"}}})
+	acts := sweep(&ls, sweepView(sweepT0, servers, moved), map[string]core.ProbeAnswer{"c": {Status: Status{ID: "c", RaftAddr: "rc2", ClusterID: "own"}}})
 	if got := kinds(acts); got != "move c" || acts[0].Addr != "rc2" || !acts[0].Voter {
 		t.Fatalf("the node says so too: %s (%+v), want move c to rc2 as a voter", got, acts)
 	}

@@ -60,7 +60,7 @@ type leaderGate struct {
 // removed, foreign clusters fenced, forks held.
 type reconciler struct {
 	n           *Node
-	leaderState LeaderState // the sweeps' bookkeeping, new with each leadership
+	leaderState core.LeaderState // the sweeps' bookkeeping, new with each leadership
 	// copyServed: when checkForks last saw a proven copy serve (only the
 	// housekeeping goroutine reads and writes it).
 	copyServed time.Time
@@ -82,9 +82,9 @@ type membership struct {
 // clusters, copies of its data dir.
 type identityWatch struct {
 	n         *Node
-	identity  atomic.Pointer[Identity] // the cluster this node belongs to, once known
-	conflict  atomic.Pointer[string]   // set for good once an older cluster is met
-	conflicts sync.Map                 // other clusters met: ID -> identity
+	identity  atomic.Pointer[core.Identity] // the cluster this node belongs to, once known
+	conflict  atomic.Pointer[string]        // set for good once an older cluster is met
+	conflicts sync.Map                      // other clusters met: ID -> identity
 	// copies: processes running this node's identity elsewhere (twins.go).
 	copies twinBook
 }

@@ -50,8 +50,8 @@ func (fp *simFaultPlan) wipe(n *simNode) {
 	if n.up {
 		n.crash()
 	}
-	fp.w.net.ghosts = append(fp.w.net.ghosts, GossipMember{ID: n.id, Parsed: true, State: MemberDead, Since: fp.w.base.Add(fp.w.now),
-		Meta: Meta{Name: n.name(), GRPCAddr: grpcAddr(n.addr), RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(), Member: true}})
+	fp.w.net.ghosts = append(fp.w.net.ghosts, core.GossipMember{ID: n.id, Parsed: true, State: MemberDead, Since: fp.w.base.Add(fp.w.now),
+		Meta: core.Meta{Name: n.name(), GRPCAddr: grpcAddr(n.addr), RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(), Member: true}})
 	n.life++
 	n.left = false
 	n.id, n.nm = fp.w.newNodeID(n.addr, n.life), fmt.Sprintf("%d.%d", n.addr, n.life)
@@ -138,7 +138,7 @@ func (fp *simFaultPlan) doom() {
 			fp.replacement = n.cl
 		}
 	}
-	fp.replacement.meetAt = fp.w.now + LeaderGrace + time.Duration(fp.w.r.Int63n(int64(simMaxAhead)))
+	fp.replacement.meetAt = fp.w.now + core.LeaderGrace + time.Duration(fp.w.r.Int63n(int64(simMaxAhead)))
 }
 
 // home is the cluster a node without one joins: the replacement a doomed
@@ -202,9 +202,9 @@ func (fp *simFaultPlan) meet(y, o *simCluster) {
 // age is what a member of c says of its cluster when another cluster's
 // node asks (its Status): serving while it knows a leader, within
 // leaderGrace of the last ready one (Node.leaderKnown).
-func (fp *simFaultPlan) age(c *simCluster) ClusterAge {
-	serving := c.servedAt != 0 && fp.w.now-c.servedAt < LeaderGrace
-	return ClusterAge{Identity: Identity{ID: c.id, Created: c.truth.Created}, History: CoarseIndex(uint64(len(c.log))), Serving: serving}
+func (fp *simFaultPlan) age(c *simCluster) core.ClusterAge {
+	serving := c.servedAt != 0 && fp.w.now-c.servedAt < core.LeaderGrace
+	return core.ClusterAge{Identity: core.Identity{ID: c.id, Created: c.truth.Created}, History: core.CoarseIndex(uint64(len(c.log))), Serving: serving}
 }
 
 // inGossip: c's nodes are in the network's gossip: a younger cluster
@@ -222,15 +222,15 @@ func (fp *simFaultPlan) fenceMet(c *simCluster) {
 	if l == nil || !l.ready || !l.awake() || l.conflict || !o.quorum() {
 		return
 	}
-	proofs := []ForeignProof{{ID: c.id, Cluster: c.id, Slot: -1, Windows: c.truth.GrantedWindows(), Layout: simLayout}}
+	proofs := []core.ForeignProof{{ID: c.id, Cluster: c.id, Slot: -1, Windows: c.truth.GrantedWindows(), Layout: simLayout}}
 	for _, n := range fp.w.nodes {
 		if n.cl == c && n.up && n.gen != nil {
-			proofs = append(proofs, ForeignProof{ID: n.id, Cluster: c.id, Slot: n.gen.Slot(), Granted: n.gen.Granted(), Layout: simLayout})
+			proofs = append(proofs, core.ForeignProof{ID: n.id, Cluster: c.id, Slot: n.gen.Slot(), Granted: n.gen.Granted(), Layout: simLayout})
 		}
 	}
 	l.catchUp(len(o.log))
-	for _, f := range ForeignFences(proofs, simLayout) {
-		for _, cmd := range FenceCommands(l.replica, f, o.id) {
+	for _, f := range core.ForeignFences(proofs, simLayout) {
+		for _, cmd := range core.FenceCommands(l.replica, f, o.id) {
 			idx, res := o.appendEntry(cmd)
 			l.catchUp(int(idx))
 			fp.fences++

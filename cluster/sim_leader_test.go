@@ -22,7 +22,7 @@ import (
 type simLeaders struct {
 	w *simWorld
 	// memberActs counts the reconcile actions carried out, by kind.
-	memberActs [ActPromote + 1]int
+	memberActs [core.ActPromote + 1]int
 }
 
 // barrier: a new leader's Barrier completes; its leader loop then
@@ -46,7 +46,7 @@ func (ld *simLeaders) establish(l *simNode) {
 	now := l.clock().Now()
 	ct, known := ld.clusterNow(l, now)
 	if l.replica.Layout == nil {
-		err = FounderCheck(simLayout, now, ct, known, simMaxSkew)
+		err = core.FounderCheck(simLayout, now, ct, known, simMaxSkew)
 	}
 	if l.replica.Layout == nil && err == nil {
 		c := core.InitCommand(simLayout, fmt.Sprintf("%s-%08x", l.cl.id, ld.w.r.Uint32()), ct, simMaxAhead)
@@ -196,14 +196,14 @@ func (ld *simLeaders) sweep(c *simCluster) {
 	if l == nil || !l.ready || !l.awake() || l.conflict {
 		return
 	}
-	v := &MemberView{Self: l.id, SelfRaftAddr: raftAddr(l.addr), Own: l.ownCluster(),
+	v := &core.MemberView{Self: l.id, SelfRaftAddr: raftAddr(l.addr), Own: l.ownCluster(),
 		Servers: sweepServers(raft.Configuration{Servers: c.servers}), Members: ld.w.net.gossipView(), Addable: map[string]bool{},
 		StateAddr: map[string]string{}, LeaderApplied: uint64(l.applied), Now: ld.w.base.Add(ld.w.now), ReapAfter: simReapAfter}
 	if l.replica.Layout != nil {
 		v.Layout = l.replica.Layout
 	}
 	for id, m := range v.Members {
-		v.Addable[id] = Addable(m, v.Own)
+		v.Addable[id] = core.Addable(m, v.Own)
 	}
 	// A fresh node joins the cluster the world sent it to: another
 	// cluster's leader, on the same gossip network, got to it first.
@@ -221,19 +221,19 @@ func (ld *simLeaders) sweep(c *simCluster) {
 		}
 	}
 	probes, gone := l.ls.SweepProbes(v)
-	keys := make([]ProbeKey, 0, len(probes))
+	keys := make([]core.ProbeKey, 0, len(probes))
 	for k := range probes {
 		keys = append(keys, k)
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].ID+" "+keys[i].Addr < keys[j].ID+" "+keys[j].Addr })
-	answers := map[ProbeKey]ProbeAnswer{}
+	answers := map[core.ProbeKey]core.ProbeAnswer{}
 	for _, k := range keys {
 		st, err := ld.w.net.probe(k.Addr)
-		answers[k] = ProbeAnswer{st, err}
+		answers[k] = core.ProbeAnswer{Status: st, Err: err}
 	}
 	ld.pollClocks(c, l)
 	for _, a := range l.ls.SweepActions(v, gone, answers) {
-		if a.Kind == ActRefuse || a.Kind == ActNote || a.Kind == ActWait {
+		if a.Kind == core.ActRefuse || a.Kind == core.ActNote || a.Kind == core.ActWait {
 			continue
 		}
 		if !c.quorum() {
@@ -242,26 +242,26 @@ func (ld *simLeaders) sweep(c *simCluster) {
 		}
 		ld.memberActs[a.Kind]++
 		switch a.Kind {
-		case ActReap:
+		case core.ActReap:
 			idx, res := c.appendEntry(core.Command{Type: core.CmdRemove, NodeID: a.ID, ClusterID: c.id})
 			c.removeMember(a.ID)
 			l.catchUp(int(idx))
 			l.ls.Reaped(a.ID)
 			ld.w.logf("%s reaps %s at %d (%s): %v", l.name(), a.ID, idx, a.Why, res)
-		case ActAddNonvoter:
+		case core.ActAddNonvoter:
 			c.servers = append(c.servers, raft.Server{Suffrage: raft.Nonvoter, ID: raft.ServerID(a.ID), Address: raft.ServerAddress(a.Addr)})
 			l.ls.Added(a.ID, v.Now)
 			ld.w.logf("%s adds %s as a non-voter", l.name(), a.ID)
-		case ActPromote, ActMoveAddr:
+		case core.ActPromote, core.ActMoveAddr:
 			for i := range c.servers {
 				if string(c.servers[i].ID) == a.ID {
 					c.servers[i].Address = raft.ServerAddress(a.Addr)
-					if a.Kind == ActPromote {
+					if a.Kind == core.ActPromote {
 						c.servers[i].Suffrage = raft.Voter
 					}
 				}
 			}
-			if a.Kind == ActPromote {
+			if a.Kind == core.ActPromote {
 				l.ls.Promoted(a.ID)
 			} else {
 				l.ls.Moved(a.ID)
@@ -287,7 +287,7 @@ func (ld *simLeaders) pollClocks(c *simCluster, l *simNode) {
 		if err != nil {
 			continue
 		}
-		if s, ok := StatusClock(id, l.ownCluster(), st, l.clock().Now(), real); ok {
+		if s, ok := core.StatusClock(id, l.ownCluster(), st, l.clock().Now(), real); ok {
 			l.clocks.Observe(id, s)
 		}
 	}

@@ -19,7 +19,7 @@ type simNet struct {
 	msgs   []*simMsg
 	nextID int // the last request's ID
 	// ghosts: the identities wipes ended, as gossip keeps showing them (dead).
-	ghosts []GossipMember
+	ghosts []core.GossipMember
 	// wrongCluster counts forwards refused because they name another
 	// cluster than the leader's (a wiped leader's new cluster at its old
 	// address); forgedRefused counts forged forwards a leader refused by
@@ -151,13 +151,13 @@ func (net *simNet) deliver() bool {
 // once its leave ended in shutdown), and every identity a wipe ended (dead
 // since the wipe), with the metadata each node gossips: its addresses, its
 // cluster once its replica knows it, and whether it has Raft state.
-func (net *simNet) gossipView() map[string]GossipMember {
-	out := map[string]GossipMember{}
+func (net *simNet) gossipView() map[string]core.GossipMember {
+	out := map[string]core.GossipMember{}
 	for _, g := range net.ghosts {
 		out[g.ID] = g
 	}
 	for _, n := range net.w.nodes {
-		m := GossipMember{ID: n.id, Parsed: true, State: MemberAlive, Meta: Meta{Name: n.name(),
+		m := core.GossipMember{ID: n.id, Parsed: true, State: MemberAlive, Meta: core.Meta{Name: n.name(),
 			GRPCAddr: grpcAddr(n.addr), RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(),
 			Member: n.applied > 0 || (n.cl != nil && n.cl.member(n.id)), Leaving: n.leaving != 0}}
 		switch {

@@ -174,7 +174,7 @@ func (c *simCluster) elect(n *simNode) {
 	c.leader = n
 	c.electAt = 0
 	n.ledAt = c.w.now
-	n.ls = NewLeaderState()
+	n.ls = core.NewLeaderState()
 	n.ready = false
 	n.initWait, n.initAt = 0, 0
 	n.deposedUntil = 0
@@ -240,9 +240,9 @@ type simNode struct {
 	gone   bool
 
 	// leader side
-	ls           LeaderState   // reconcile's bookkeeping, new with each leadership
-	ready        bool          // past its Barrier
-	deposedUntil time.Duration // a deposed leader still answers until then
+	ls           core.LeaderState // reconcile's bookkeeping, new with each leadership
+	ready        bool             // past its Barrier
+	deposedUntil time.Duration    // a deposed leader still answers until then
 	clocks       core.ClockBook
 	// initWait is the wait before the last establish retry, initAt when the
 	// next one is due (0: none).

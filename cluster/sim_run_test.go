@@ -48,7 +48,7 @@ func TestSimulate(t *testing.T) {
 	t.Logf("seeds %d.. (at most %d seeds or %v)", first, seeds, budget)
 	start := time.Now()
 	var events, minted, clusters, wrongCluster, forged, meetings, fenced, fences, beforeFence, withdrawn, doomed, replaced, legacy int
-	var acts [ActPromote + 1]int
+	var acts [core.ActPromote + 1]int
 	var settle, worst time.Duration // time from the faults' end to liveness for good
 	var worstSeed int64
 	n := 0
@@ -103,7 +103,7 @@ func TestSimulate(t *testing.T) {
 		meetings, fenced, fences, beforeFence, withdrawn, doomed, replaced)
 	t.Logf("worlds with legacy strangers (never claiming, no clock, layout or datacenter in their Status): %d", legacy)
 	t.Logf("reconcile sweeps (the shipped sweepProbes and sweepActions) carried out: %d reaps, %d non-voters added, %d promotions, %d moves",
-		acts[ActReap], acts[ActAddNonvoter], acts[ActPromote], acts[ActMoveAddr])
+		acts[core.ActReap], acts[core.ActAddNonvoter], acts[core.ActPromote], acts[core.ActMoveAddr])
 }
 
 // simSeedsToFailure runs seeds from first until one fails, at most limit; it

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/idgen/idgen/cluster/core"
 )
 
 // A stop for a copy survives a restart. A process that stopped because a
@@ -112,7 +114,7 @@ func (cw *copyWatch) tellAll(to []string, about string) {
 		return
 	}
 	for _, addr := range to {
-		ctx, cancel := context.WithTimeout(context.Background(), ProbeTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), core.ProbeTimeout)
 		if err := t.TellCopy(ctx, addr, about); err != nil {
 			n.logger.Warn("tell a node of a copy of a node identity", "to", addr, "copy_grpc_addr", about, "err", err)
 		}

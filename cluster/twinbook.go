@@ -4,6 +4,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/idgen/idgen/cluster/core"
 )
 
 // twinBook keeps the gRPC addresses where processes of this node's identity,
@@ -11,10 +13,10 @@ import (
 // the proofs of those that answered as copies.
 type twinBook struct {
 	mu     sync.Mutex
-	seen   map[string]time.Time    // by gRPC address
-	proofs map[string]ForeignProof // by gRPC address
-	first  map[string]time.Time    // when each address was first proven a copy
-	retry  map[string]time.Time    // by gRPC address
+	seen   map[string]time.Time         // by gRPC address
+	proofs map[string]core.ForeignProof // by gRPC address
+	first  map[string]time.Time         // when each address was first proven a copy
+	retry  map[string]time.Time         // by gRPC address
 }
 
 // sighted records a sighting, keeping the newest maxTwinSightings.
@@ -66,15 +68,15 @@ func (b *twinBook) failed(addr string, now time.Time) {
 	if b.retry == nil {
 		b.retry = map[string]time.Time{}
 	}
-	b.retry[addr] = now.Add(ForeignRetry)
+	b.retry[addr] = now.Add(core.ForeignRetry)
 }
 
 // prove records p and reports whether it is the address's first proof.
-func (b *twinBook) prove(p ForeignProof) (first bool) {
+func (b *twinBook) prove(p core.ForeignProof) (first bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.proofs == nil {
-		b.proofs, b.first = map[string]ForeignProof{}, map[string]time.Time{}
+		b.proofs, b.first = map[string]core.ForeignProof{}, map[string]time.Time{}
 	}
 	_, known := b.proofs[p.Addr]
 	b.proofs[p.Addr] = p
@@ -85,10 +87,10 @@ func (b *twinBook) prove(p ForeignProof) (first bool) {
 }
 
 // copies returns the proofs of every copy that answered.
-func (b *twinBook) copies() []ForeignProof {
+func (b *twinBook) copies() []core.ForeignProof {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := make([]ForeignProof, 0, len(b.proofs))
+	out := make([]core.ForeignProof, 0, len(b.proofs))
 	for _, p := range b.proofs {
 		out = append(out, p)
 	}
@@ -101,10 +103,10 @@ func (b *twinBook) copies() []ForeignProof {
 // (contestedBy: its windows grow past any fence until it stops), and after
 // it stopped until its windows on the slot are fenced (fenced reports
 // whether the slot's highWater reaches upTo), within copyContestMax.
-func (b *twinBook) contests(id string, slot int, now time.Time, fenced func(slot int, upTo int64) bool) (ForeignProof, bool) {
+func (b *twinBook) contests(id string, slot int, now time.Time, fenced func(slot int, upTo int64) bool) (core.ForeignProof, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if p, ok := ContestedBy(b.proofs, b.first, id, slot, now, copyContestMax); ok {
+	if p, ok := core.ContestedBy(b.proofs, b.first, id, slot, now, copyContestMax); ok {
 		return p, true
 	}
 	for k, p := range b.proofs {
@@ -116,5 +118,5 @@ func (b *twinBook) contests(id string, slot int, now time.Time, fenced func(slot
 			return p, true
 		}
 	}
-	return ForeignProof{}, false
+	return core.ForeignProof{}, false
 }

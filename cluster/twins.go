@@ -3,6 +3,8 @@ package cluster
 import (
 	"fmt"
 	"time"
+
+	"github.com/idgen/idgen/cluster/core"
 )
 
 // One node identity runs in one process at a time. A copied data dir (a
@@ -47,7 +49,7 @@ const (
 // copy's lone log never learns of it), or, in groups of one size, started
 // earlier (the gRPC address breaks a tie). A pure decision: both copies
 // reach opposite answers from the same two answers.
-func copyRanks(mineServing bool, mineVoters int, mine int64, mineAddr string, other ForeignProof) (stop bool) {
+func copyRanks(mineServing bool, mineVoters int, mine int64, mineAddr string, other core.ForeignProof) (stop bool) {
 	switch {
 	case !other.Serving:
 		return false
@@ -77,20 +79,20 @@ func (cw *copyWatch) checkCopies() {
 	}
 	now := time.Now()
 	b := &cw.n.ident.copies
-	keys := map[ProbeKey]bool{}
+	keys := map[core.ProbeKey]bool{}
 	for _, addr := range b.due(now, n.cfg.GRPCAddr) {
-		keys[ProbeKey{"", addr}] = true
+		keys[core.ProbeKey{ID: "", Addr: addr}] = true
 	}
 	answers := n.members.probeAll(keys)
 	// A member's copy is told from the member by the member's own answer at
 	// the address the cluster records for it.
 	registered := map[string]string{n.id: n.cfg.GRPCAddr}
-	originals := map[ProbeKey]bool{}
+	originals := map[core.ProbeKey]bool{}
 	for k, a := range answers {
 		if id := a.Status.ID; a.Err == nil && a.Status.ClusterID == own && id != n.id && id != "" {
 			if reg := n.members.grpcAddrOf(id); reg != "" && reg != k.Addr {
 				registered[id] = reg
-				originals[ProbeKey{id, reg}] = true
+				originals[core.ProbeKey{ID: id, Addr: reg}] = true
 			}
 		}
 	}
@@ -107,7 +109,7 @@ func (cw *copyWatch) checkCopies() {
 	// group lost to the other, and this node follows.
 	servers := n.members.configServers()
 	var memberStopped string
-	var forkSeen *ForeignProof
+	var forkSeen *core.ForeignProof
 	for k, a := range answers {
 		st := a.Status
 		if a.Err != nil || st.ClusterID != own || st.ID == n.id {
@@ -116,7 +118,7 @@ func (cw *copyWatch) checkCopies() {
 		_, listed := servers[st.ID]
 		if listed && n.members.grpcAddrOf(st.ID) == k.Addr && st.Stopped != nil && *st.Stopped {
 			memberStopped = k.Addr
-		} else if p := ProofFrom(st, k.Addr, now); !listed && p.Serving && ForkOf(st, servers, false) {
+		} else if p := core.ProofFrom(st, k.Addr, now); !listed && p.Serving && core.ForkOf(st, servers, false) {
 			forkSeen = &p
 		}
 	}
@@ -133,7 +135,7 @@ func (cw *copyWatch) checkCopies() {
 			b.failed(k.Addr, now)
 			continue
 		}
-		p := ProofFrom(st, k.Addr, now)
+		p := core.ProofFrom(st, k.Addr, now)
 		if !b.prove(p) {
 			continue
 		}
@@ -157,7 +159,7 @@ func (cw *copyWatch) checkCopies() {
 		if g := n.agent.gen.Load(); p.ID == n.id && g != nil && p.Slot == g.Slot() && g.Floor() < max(p.Granted, p.Windows[p.Slot]) {
 			n.agent.revoke(g, fmt.Errorf("%w: a copy of this node's data dir at %s issued slot %d inside this tenure", ErrNotReady, p.Addr, p.Slot), revokedCopy)
 		}
-		if now.Sub(p.At) > ForeignConflictTTL || !p.Serving {
+		if now.Sub(p.At) > core.ForeignConflictTTL || !p.Serving {
 			continue
 		}
 		if p.ID == n.id && copyRanks(serving, voters, n.started, n.cfg.GRPCAddr, p) {
@@ -184,7 +186,7 @@ func (cw *copyWatch) checkCopies() {
 // followForkAdvice is the reason a process gives when a member of its Raft
 // group (at stopped) stopped and p serves another Raft group of its
 // cluster ID.
-func followForkAdvice(p ForeignProof, stopped string) string {
+func followForkAdvice(p core.ForeignProof, stopped string) string {
 	return fmt.Sprintf("a member of this node's raft group (at %s) stopped, and node %s at %s serves another raft group of "+
 		"cluster %s: the two logs are forks of one, and both grant the same slots, so this process stopped issuing as "+
 		"well. Wipe this node's data dir and start it again with --join to the other group's nodes (a wiped node joins "+
@@ -195,7 +197,7 @@ func followForkAdvice(p ForeignProof, stopped string) string {
 // other, and this node's leader about the copy: the two rank themselves, and
 // the leader fences the windows of the one that stops. Each asks the
 // address itself before it believes the hint.
-func (cw *copyWatch) tellOfCopy(p ForeignProof, orig string) {
+func (cw *copyWatch) tellOfCopy(p core.ForeignProof, orig string) {
 	n := cw.n
 	cw.tellAll([]string{p.Addr}, orig)
 	about := []string{}
@@ -212,7 +214,7 @@ func (cw *copyWatch) tellOfCopy(p ForeignProof, orig string) {
 
 // followAdvice is the reason a process gives when a member of its Raft
 // group (at reg) stopped because the member's copy p outranks it.
-func followAdvice(p ForeignProof, reg string) string {
+func followAdvice(p core.ForeignProof, reg string) string {
 	return fmt.Sprintf("node %s of this node's raft group (cluster %s) stopped at %s because a copy of its data dir at %s "+
 		"outranks it: this raft group's log and the copy's are forks of one log, and both grant the same slots, so this "+
 		"process stopped issuing as well. Wipe this node's data dir and start it again with --join to the copy's cluster "+
@@ -221,7 +223,7 @@ func followAdvice(p ForeignProof, reg string) string {
 
 // copyAdvice is the reason a process gives when a copy of its data dir
 // outranks it.
-func copyAdvice(serving bool, voters int, addr string, other ForeignProof) string {
+func copyAdvice(serving bool, voters int, addr string, other core.ForeignProof) string {
 	why := "which started earlier"
 	switch {
 	case !serving:

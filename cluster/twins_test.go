@@ -215,15 +215,15 @@ func TestCopiedDataDirOfALoneSeedStopsAndIsFenced(t *testing.T) {
 // that started later, or cannot issue, stops, and the two copies always
 // reach opposite answers.
 func TestCopyRanks(t *testing.T) {
-	other := func(serving bool, voters int, started int64, addr string) ForeignProof {
-		return ForeignProof{Serving: serving, Voters: voters, Started: started, Addr: addr}
+	other := func(serving bool, voters int, started int64, addr string) core.ForeignProof {
+		return core.ForeignProof{Serving: serving, Voters: voters, Started: started, Addr: addr}
 	}
 	for _, c := range []struct {
 		mineServing bool
 		voters      int
 		mine        int64
 		addr        string
-		other       ForeignProof
+		other       core.ForeignProof
 		stop        bool
 	}{
 		{true, 1, 1, "a:1", other(false, 1, 0, "b:1"), false},
@@ -464,7 +464,7 @@ func TestCopyContests(t *testing.T) {
 	allFenced := func(int, int64) bool { return true }
 	t0 := time.Unix(1000, 0)
 	var b twinBook
-	b.prove(ForeignProof{ID: "x", Slot: 3, Serving: true, SaysStopped: true, At: t0, Addr: "copy:1"})
+	b.prove(core.ForeignProof{ID: "x", Slot: 3, Serving: true, SaysStopped: true, At: t0, Addr: "copy:1"})
 	for _, c := range []struct {
 		id   string
 		slot int
@@ -475,21 +475,21 @@ func TestCopyContests(t *testing.T) {
 		{"", 3, t0, true},
 		{"y", -1, t0, false},
 		{"", 4, t0, false},
-		{"x", -1, t0.Add(ForeignConflictTTL + time.Second), false},
+		{"x", -1, t0.Add(core.ForeignConflictTTL + time.Second), false},
 	} {
 		if _, got := b.contests(c.id, c.slot, c.at, allFenced); got != c.want {
 			t.Errorf("contests(%q, %d, +%v) = %v, want %v", c.id, c.slot, c.at.Sub(t0), got, c.want)
 		}
 	}
 	// Still serving and freshly proven, but first proven too long ago.
-	b.prove(ForeignProof{ID: "x", Slot: 3, Serving: true, SaysStopped: true, At: t0.Add(copyContestMax + time.Second), Addr: "copy:1"})
+	b.prove(core.ForeignProof{ID: "x", Slot: 3, Serving: true, SaysStopped: true, At: t0.Add(copyContestMax + time.Second), Addr: "copy:1"})
 	if _, got := b.contests("x", -1, t0.Add(copyContestMax+time.Second), allFenced); got {
 		t.Error("a copy proven longer than copyContestMax ago still contests")
 	}
 	// The answer that says it stopped ends the contest at once.
 	var s twinBook
-	s.prove(ForeignProof{ID: "x", Slot: 3, Serving: true, SaysStopped: true, At: t0, Addr: "copy:1"})
-	s.prove(ForeignProof{ID: "x", Slot: 3, SaysStopped: true, At: t0.Add(time.Second), Addr: "copy:1"})
+	s.prove(core.ForeignProof{ID: "x", Slot: 3, Serving: true, SaysStopped: true, At: t0, Addr: "copy:1"})
+	s.prove(core.ForeignProof{ID: "x", Slot: 3, SaysStopped: true, At: t0.Add(time.Second), Addr: "copy:1"})
 	if _, got := s.contests("x", 3, t0.Add(time.Second), allFenced); got {
 		t.Error("a copy that said it stopped still contests")
 	}
@@ -499,14 +499,14 @@ func TestCopyContests(t *testing.T) {
 	}
 	// A serving copy that can say it stops is asked every copyRecheck; one
 	// that stopped, or cannot say, every foreignFresh.
-	if f := (ForeignProof{Serving: true, SaysStopped: true}).FreshFor(); f != CopyRecheck {
-		t.Errorf("a serving copy is asked every %v, want %v", f, CopyRecheck)
+	if f := (core.ForeignProof{Serving: true, SaysStopped: true}).FreshFor(); f != core.CopyRecheck {
+		t.Errorf("a serving copy is asked every %v, want %v", f, core.CopyRecheck)
 	}
-	if f := (ForeignProof{SaysStopped: true}).FreshFor(); f != ForeignFresh {
-		t.Errorf("a stopped copy is asked every %v, want %v", f, ForeignFresh)
+	if f := (core.ForeignProof{SaysStopped: true}).FreshFor(); f != core.ForeignFresh {
+		t.Errorf("a stopped copy is asked every %v, want %v", f, core.ForeignFresh)
 	}
-	if f := (ForeignProof{Serving: true}).FreshFor(); f != ForeignFresh {
-		t.Errorf("an older node is asked every %v, want %v", f, ForeignFresh)
+	if f := (core.ForeignProof{Serving: true}).FreshFor(); f != core.ForeignFresh {
+		t.Errorf("an older node is asked every %v, want %v", f, core.ForeignFresh)
 	}
 }
 
@@ -628,7 +628,7 @@ func TestCopyInTheSmallerRaftGroupStops(t *testing.T) {
 // the address it speaks from; nor one whose last applied entry this
 // leader's log does not hold. Fresh nodes and this leader's followers pass.
 func TestLeaderAddsNoMemberOfAnotherRaftGroup(t *testing.T) {
-	v := &MemberView{Self: "me", SelfSpeaksAs: "127.0.0.1:7000", LogHolds: func(index, hash uint64) error {
+	v := &core.MemberView{Self: "me", SelfSpeaksAs: "127.0.0.1:7000", LogHolds: func(index, hash uint64) error {
 		if index == 0 || index == 5 && hash == 55 {
 			return nil
 		}
@@ -644,7 +644,7 @@ func TestLeaderAddsNoMemberOfAnotherRaftGroup(t *testing.T) {
 		{"other", "127.0.0.1:7001", false},
 	} {
 		err := v.FollowsNoOther(Status{LeaderID: c.leader, LeaderAddr: c.addr})
-		if (err == nil) != c.ok || err != nil && !errors.Is(err, ErrProbeOtherLeader) {
+		if (err == nil) != c.ok || err != nil && !errors.Is(err, core.ErrProbeOtherLeader) {
 			t.Errorf("a member following %q at %q: %v, want accepted %v", c.leader, c.addr, err, c.ok)
 		}
 	}
@@ -987,17 +987,17 @@ func TestForkRanks(t *testing.T) {
 // so a member seen once long ago confirmed a fork on its next sighting.
 func TestForkSightingMustBeUnbroken(t *testing.T) {
 	t0 := time.Unix(1_800_000_000, 0)
-	fork := ForeignProof{ID: "m", Fork: true, Serving: true}
-	other := ForeignProof{ID: "m", Serving: true}
+	fork := core.ForeignProof{ID: "m", Fork: true, Serving: true}
+	other := core.ForeignProof{ID: "m", Serving: true}
 	for _, c := range []struct {
 		name  string
-		steps []ForeignProof // one answer a second, from t0
-		since int            // the second forkSince should hold, -1 for none
+		steps []core.ForeignProof // one answer a second, from t0
+		since int                 // the second forkSince should hold, -1 for none
 	}{
-		{"unbroken", []ForeignProof{fork, fork, fork, fork}, 0},
-		{"an answer of this log in between", []ForeignProof{fork, fork, other, fork, fork}, 3},
-		{"ends with an answer of this log", []ForeignProof{fork, fork, other}, -1},
-		{"a stopped member is not counted", []ForeignProof{fork, {ID: "m", Fork: true}, fork}, 2},
+		{"unbroken", []core.ForeignProof{fork, fork, fork, fork}, 0},
+		{"an answer of this log in between", []core.ForeignProof{fork, fork, other, fork, fork}, 3},
+		{"ends with an answer of this log", []core.ForeignProof{fork, fork, other}, -1},
+		{"a stopped member is not counted", []core.ForeignProof{fork, {ID: "m", Fork: true}, fork}, 2},
 	} {
 		b := &foreignBook{}
 		b.init()
@@ -1041,7 +1041,7 @@ func TestForkSightingMustBeUnbroken(t *testing.T) {
 func TestForkVerdict(t *testing.T) {
 	t0 := time.Unix(1_800_000_000, 0)
 	mine := forkSide{voters: 2, history: 100, leaderID: "m", leaderAddr: "m:1"}
-	member := ForeignProof{ID: "x", Fork: true, Serving: true, SaysStopped: true, Voters: 3, LeaderID: "y", LeaderAddr: "y:1"}
+	member := core.ForeignProof{ID: "x", Fork: true, Serving: true, SaysStopped: true, Voters: 3, LeaderID: "y", LeaderAddr: "y:1"}
 	leader := member
 	leader.ID = "y"
 	type tick struct {
@@ -1275,7 +1275,7 @@ func TestForkVerdictNamesTheGroupItHoldsFor(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	b := &foreignBook{}
 	b.init()
-	p := ForeignProof{ID: "x", Fork: true, Serving: true, SaysStopped: true, Voters: 3, LeaderID: "x", LeaderAddr: "x:1", At: now}
+	p := core.ForeignProof{ID: "x", Fork: true, Serving: true, SaysStopped: true, Voters: 3, LeaderID: "x", LeaderAddr: "x:1", At: now}
 	b.put("x", p, now)
 	lose, stop, losing := b.forkVerdict(forkSide{voters: 2, leaderID: "m"}, now.Add(-time.Minute), forkConfirm, now)
 	if stop || !losing || lose.ID != "x" {

@@ -143,7 +143,7 @@ func (vv *versionView) joinBlocked() string {
 		}
 		if l, err := generator.ParseLayout(m.Meta.Layout); err == nil {
 			dc := n.cfg.Datacenter
-			if err := CanTakePart(Status{ConfiguredLayout: n.cfg.Layout, Datacenter: &dc}, &l); err != nil {
+			if err := core.CanTakePart(Status{ConfiguredLayout: n.cfg.Layout, Datacenter: &dc}, &l); err != nil {
 				return fmt.Sprintf("layout mismatch: the cluster %s that member %s belongs to will not add this node: %v", m.Meta.ClusterID, m.Meta.Name, err)
 			}
 		}

@@ -98,7 +98,7 @@ func TestVersion1ReadsWhatThisBuildWrites(t *testing.T) {
 	}
 	sameFields(t, "answer", or, r)
 
-	m := Meta{Name: "a", GRPCAddr: "p", RaftAddr: "r", HTTPAddr: "h", Version: "v", Member: true, Expect: 3, SkewMS: 100, Leaving: true,
+	m := core.Meta{Name: "a", GRPCAddr: "p", RaftAddr: "r", HTTPAddr: "h", Version: "v", Member: true, Expect: 3, SkewMS: 100, Leaving: true,
 		ClusterID: "c1", Created: 9, PMin: ProtocolMin, PMax: ProtocolMax, Revision: "abc", Layout: l.String()}
 	mb, err := json.Marshal(m)
 	if err != nil {

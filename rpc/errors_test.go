@@ -145,6 +145,19 @@ var (
 		"ErrEntryVersion":  "wraps ErrProtocol; a replica stops on it, nothing returns it",
 		"ErrTenureNotHeld": "the agent's reason to claim again, never returned by a Backend method",
 		"ErrStateCorrupt":  "a broken invariant of the replicated state: gRPC's own Internal",
+		// The sweeps' verdicts on a member and establish's reasons: logged
+		// by the leader, never returned by a Backend method.
+		"ErrProbeUnanswered":  "a sweep's verdict, logged",
+		"ErrProbeOtherNode":   "a sweep's verdict, logged",
+		"ErrProbeLeaving":     "a sweep's verdict, logged",
+		"ErrProbeRaftAddr":    "a sweep's verdict, logged",
+		"ErrProbeCluster":     "a sweep's verdict, logged",
+		"ErrProbeBehind":      "a sweep's verdict, logged",
+		"ErrProbeOtherLeader": "a sweep's verdict, logged",
+		"ErrProbeStopped":     "a sweep's verdict, logged",
+		"ErrProbeNoClaim":     "a sweep's verdict, logged",
+		"ErrAwaitingClocks":   "why establish wrote no Init yet, logged",
+		"ErrFounderClock":     "why establish wrote no Init yet, logged",
 	}
 )
 

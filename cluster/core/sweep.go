@@ -1,4 +1,4 @@
-package cluster
+package core
 
 import (
 	"errors"
@@ -8,7 +8,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/generator"
 )
 
@@ -66,7 +65,7 @@ func (v *MemberView) raftAnsweredSince(id string, t time.Time) bool {
 // or promoted.
 func (v *MemberView) protocols() ProtocolRange {
 	if v.Protocols == (ProtocolRange{}) {
-		return core.OwnProtocols
+		return OwnProtocols
 	}
 	return v.Protocols
 }
@@ -400,7 +399,7 @@ func (ls *LeaderState) join(v *MemberView, out []MemberAction, id string, m Goss
 		err = v.FollowsNoOther(st)
 	}
 	if err == nil {
-		err = core.JoinProtocol(st.Protocols, v.protocols())
+		err = JoinProtocol(st.Protocols, v.protocols())
 	}
 	if err == nil {
 		err = CanTakePart(st, v.Layout)
@@ -442,7 +441,7 @@ func (ls *LeaderState) promotion(v *MemberView, out []MemberAction, id string, m
 		err = v.FollowsNoOther(st)
 	}
 	if err == nil {
-		err = core.JoinProtocol(st.Protocols, v.protocols())
+		err = JoinProtocol(st.Protocols, v.protocols())
 	}
 	if err == nil {
 		err = CanTakePart(st, v.Layout)
@@ -555,16 +554,16 @@ func FounderCheck(l generator.Layout, now, ct time.Time, known bool, maxSkew tim
 // tenure itself). A window outside the layout, or already below every
 // current tenure and highWater, needs nothing. A pure function: the node
 // carries its entries out in order.
-func FenceCommands(s *core.State, f ForeignFence, own string) []core.Command {
+func FenceCommands(s *State, f ForeignFence, own string) []Command {
 	if s.Layout == nil || f.OtherLayout || f.Slot < 0 || f.Slot >= len(s.Slots) || f.UpTo < 0 || f.UpTo > s.Layout.MaxTimestamp() {
 		return nil
 	}
 	sl := s.Slots[f.Slot]
 	if sl.HighWater < f.UpTo {
-		return []core.Command{{Type: core.CmdFence, Slot: f.Slot, UpTo: f.UpTo, Foreign: f.Foreign, ClusterID: own}}
+		return []Command{{Type: CmdFence, Slot: f.Slot, UpTo: f.UpTo, Foreign: f.Foreign, ClusterID: own}}
 	}
 	if t := s.FindTenure(f.Slot, sl.Tenure); sl.Owner != "" && t != nil && t.Floor < f.UpTo {
-		return []core.Command{{Type: core.CmdRelease, NodeID: sl.Owner, Tenure: sl.Tenure, ClusterID: own}}
+		return []Command{{Type: CmdRelease, NodeID: sl.Owner, Tenure: sl.Tenure, ClusterID: own}}
 	}
 	return nil
 }

@@ -1,11 +1,10 @@
-package cluster
+package core
 
 import (
 	"fmt"
 	"math/bits"
 	"time"
 
-	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/generator"
 )
 
@@ -231,11 +230,11 @@ func CoarseIndex(i uint64) uint64 {
 // founding voters' clocks decide Init's start), with a clock (a release
 // before protocol 2 sends none). leaderNow is the leader's clock and at the
 // real time when it arrived.
-func StatusClock(id, own string, st Status, leaderNow, at time.Time) (core.ClockSample, bool) {
+func StatusClock(id, own string, st Status, leaderNow, at time.Time) (ClockSample, bool) {
 	if st.ID != id || st.ClusterID != own || st.Clock == 0 {
-		return core.ClockSample{}, false
+		return ClockSample{}, false
 	}
-	return core.ClockSample{Reported: time.Unix(0, st.Clock), Leader: leaderNow, At: at}, true
+	return ClockSample{Reported: time.Unix(0, st.Clock), Leader: leaderNow, At: at}, true
 }
 
 // Identity is a cluster's Identity: a random ID and the founding voters'
