@@ -11,7 +11,7 @@ import (
 // The decisions that matter for uniqueness, as pure functions of explicit
 // inputs (DESIGN.md, "The simulator"). The node gathers the inputs (its
 // replica, its generator, its clock, Raft) and carries out what they return;
-// the simulator (sim_world_test.go and the files beside it) calls the same functions in a seeded world.
+// the simulator (package cluster/sim) calls the same functions in a seeded world.
 // Nothing here reads a clock, a lock, Raft or the network.
 
 // The slot agent's rule (DESIGN.md, "A node mints only from its own log"):

@@ -1,4 +1,4 @@
-package cluster
+package sim
 
 // A deterministic simulated world for the slot protocol (DESIGN.md, "The
 // simulator"). Every virtual node runs the shipped decision code: the
@@ -492,7 +492,7 @@ func (w *simWorld) event(ev int, faults bool) {
 		if n := w.pickNode(up); n != nil {
 			l := simLayout
 			dc := []int{1 << simLayout.DatacenterBits, 1 << 62, -2, 1<<31 - 1}[w.r.Intn(4)]
-			c := core.Command{Type: core.CmdClaim, Node: &NodeInfo{ID: n.id, Name: n.name(), Datacenter: dc}, Layout: &l,
+			c := core.Command{Type: core.CmdClaim, Node: &core.NodeInfo{ID: n.id, Name: n.name(), Datacenter: dc}, Layout: &l,
 				ClusterID: n.ownCluster(), SentAt: n.clock().Now().UnixNano()}
 			to := w.r.Intn(len(w.nodes))
 			if n.believed != nil {

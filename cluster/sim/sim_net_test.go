@@ -1,4 +1,4 @@
-package cluster
+package sim
 
 // The simulator's network (sim_world_test.go): forwards and answers in
 // flight, gossip's view and the Status probes.
@@ -57,7 +57,7 @@ func (net *simNet) propose(n *simNode, c core.Command) (later bool, r core.Resul
 	c.SentAt = n.clock().Now().UnixNano()
 	in := core.ProposeIn{Own: n.ownCluster(), Leader: n.believesLeader(), CanForward: true}
 	if n.conflict {
-		in.Conflict = ErrClusterConflict
+		in.Conflict = core.ErrClusterConflict
 	}
 	if b := n.believed; b != nil {
 		in.LeaderID, in.LeaderAddr = b.id, fmt.Sprint(b.addr)
@@ -118,14 +118,14 @@ func (net *simNet) deliver() bool {
 	if m.forward {
 		r, err := net.w.lead.applyForwarded(n, m.c)
 		net.w.logf("%s answers %s of %s: %+v %v", n.name(), m.c.Type, m.c.SpeaksFor(), r, err)
-		if errors.Is(err, ErrWrongCluster) {
+		if errors.Is(err, core.ErrWrongCluster) {
 			net.wrongCluster++
 		}
 		if m.forged {
 			if err == nil {
 				net.w.fail("%s took a forged %s of %s (datacenter %d): %+v", n.name(), m.c.Type, m.c.SpeaksFor(), m.c.Node.Datacenter, r)
 			}
-			if errors.Is(err, ErrBadCommand) {
+			if errors.Is(err, core.ErrBadCommand) {
 				net.forgedRefused++ // by the layout checks, not for want of a leader
 			}
 			return true
@@ -157,15 +157,15 @@ func (net *simNet) gossipView() map[string]core.GossipMember {
 		out[g.ID] = g
 	}
 	for _, n := range net.w.nodes {
-		m := core.GossipMember{ID: n.id, Parsed: true, State: MemberAlive, Meta: core.Meta{Name: n.name(),
+		m := core.GossipMember{ID: n.id, Parsed: true, State: core.MemberAlive, Meta: core.Meta{Name: n.name(),
 			GRPCAddr: grpcAddr(n.addr), RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(),
 			Member: n.applied > 0 || (n.cl != nil && n.cl.member(n.id)), Leaving: n.leaving != 0}}
 		switch {
 		case n.up:
 		case n.left:
-			m.State, m.Since = MemberLeft, net.w.base.Add(n.downAt)
+			m.State, m.Since = core.MemberLeft, net.w.base.Add(n.downAt)
 		default:
-			m.State, m.Since = MemberDead, net.w.base.Add(n.downAt)
+			m.State, m.Since = core.MemberDead, net.w.base.Add(n.downAt)
 		}
 		out[n.id] = m
 	}
@@ -174,22 +174,22 @@ func (net *simNet) gossipView() map[string]core.GossipMember {
 
 // probe is the leader's Status call to addr over the authenticated
 // transport: whoever listens there now answers, unless it is down or paused.
-func (net *simNet) probe(addr string) (Status, error) {
+func (net *simNet) probe(addr string) (core.Status, error) {
 	for _, n := range net.w.nodes {
 		if grpcAddr(n.addr) != addr {
 			continue
 		}
 		if !n.awake() {
-			return Status{}, errors.New("connection refused")
+			return core.Status{}, errors.New("connection refused")
 		}
 		if n.stranger() && net.w.cfg.legacy {
-			return Status{ID: n.id, RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(), AppliedIndex: uint64(n.applied),
+			return core.Status{ID: n.id, RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(), AppliedIndex: uint64(n.applied),
 				LastIndex: uint64(n.applied), Leaving: n.leaving != 0}, nil
 		}
 		dc := n.dc
-		return Status{ID: n.id, RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(), AppliedIndex: uint64(n.applied),
+		return core.Status{ID: n.id, RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(), AppliedIndex: uint64(n.applied),
 			LastIndex: uint64(n.applied), Leaving: n.leaving != 0, Protocols: core.OwnProtocols, Clock: n.clock().Now().UnixNano(),
 			Datacenter: &dc}, nil
 	}
-	return Status{}, errors.New("no such address")
+	return core.Status{}, errors.New("no such address")
 }

@@ -1,4 +1,4 @@
-package cluster
+package sim
 
 // The simulator's Raft (sim_world_test.go): a cluster is one committed log
 // with its configuration, committing, electing and changing its
@@ -104,7 +104,7 @@ func (c *simCluster) removeMember(id string) {
 
 // appendEntry commits c in cl's log and applies it to the truth.
 func (cl *simCluster) appendEntry(c core.Command) (uint64, interface{}) {
-	data, err := core.EncodeEntry(c, ProtocolMax)
+	data, err := core.EncodeEntry(c, core.ProtocolMax)
 	if err != nil {
 		cl.w.fail("encode %s: %v", c.Type, err)
 		return 0, err
@@ -413,3 +413,13 @@ func (n *simNode) restart() {
 func raftAddr(a int) string { return fmt.Sprintf("raft-%d", a) }
 
 func grpcAddr(a int) string { return fmt.Sprintf("grpc-%d", a) }
+
+// coreServers is the modelled Raft configuration as a sweep reads it (the
+// node converts Raft's the same way, cluster's sweepServers).
+func coreServers(servers []raft.Server) []core.Server {
+	out := make([]core.Server, 0, len(servers))
+	for _, s := range servers {
+		out = append(out, core.Server{ID: string(s.ID), Address: string(s.Address), Voter: s.Suffrage == raft.Voter})
+	}
+	return out
+}

@@ -1,4 +1,4 @@
-package cluster
+package sim
 
 // The simulator's faults (sim_world_test.go): those planted to prove the
 // checker bites, and those that change which clusters there are.
@@ -50,7 +50,7 @@ func (fp *simFaultPlan) wipe(n *simNode) {
 	if n.up {
 		n.crash()
 	}
-	fp.w.net.ghosts = append(fp.w.net.ghosts, core.GossipMember{ID: n.id, Parsed: true, State: MemberDead, Since: fp.w.base.Add(fp.w.now),
+	fp.w.net.ghosts = append(fp.w.net.ghosts, core.GossipMember{ID: n.id, Parsed: true, State: core.MemberDead, Since: fp.w.base.Add(fp.w.now),
 		Meta: core.Meta{Name: n.name(), GRPCAddr: grpcAddr(n.addr), RaftAddr: raftAddr(n.addr), ClusterID: n.ownCluster(), Member: true}})
 	n.life++
 	n.left = false

@@ -1,4 +1,4 @@
-package cluster
+package sim
 
 import (
 	"flag"
@@ -221,7 +221,7 @@ func TestNotOwnerAnswerIsAHint(t *testing.T) {
 	}
 	slot, tenure := n.gen.Slot(), n.tenure
 	c := core.Command{Type: core.CmdReserve, NodeID: n.id, Slot: slot, Tenure: tenure, UpTo: n.gen.Granted() + 10}
-	w.agents.answered(n, c, core.Result{}, fmt.Errorf("%w: node %s does not hold slot %d under tenure %d", ErrNotOwner, n.id, slot, tenure))
+	w.agents.answered(n, c, core.Result{}, fmt.Errorf("%w: node %s does not hold slot %d under tenure %d", core.ErrNotOwner, n.id, slot, tenure))
 	if w.err != nil {
 		t.Fatalf("%v\n%s", w.err, w.traceText())
 	}

@@ -1,4 +1,4 @@
-package cluster
+package sim
 
 // The simulator's checks (sim_world_test.go): what a run must never do, and
 // what it must do once the faults stop.
@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/idgen/idgen/cluster/core"
 )
 
 // simChecker judges the world: every ID as it is handed out (never twice,
@@ -65,7 +67,7 @@ func (ck *simChecker) handOut(n *simNode, b simBatchOf) {
 // tenures: no two tenures of a slot overlap, in a cluster's log.
 func (ck *simChecker) tenures(c *simCluster) {
 	ts := c.truth.Tenures
-	byFloor := make([]Tenure, 0, len(ts))
+	byFloor := make([]core.Tenure, 0, len(ts))
 	for _, t := range ts {
 		if t.Granted > t.Floor {
 			byFloor = append(byFloor, t)

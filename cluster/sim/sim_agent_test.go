@@ -1,4 +1,4 @@
-package cluster
+package sim
 
 // The simulator's agent and rpc sides (sim_world_test.go): the agent's
 // shell around slotAgent.step, and the prefetch buffer clients draw from.
@@ -40,7 +40,7 @@ func (sh *simAgents) drive(n *simNode, ev core.AgentEvent) {
 	switch {
 	case out.Claim:
 		l := simLayout
-		c = core.Command{Type: core.CmdClaim, Node: &NodeInfo{ID: n.id, Name: n.name(), Datacenter: n.dc,
+		c = core.Command{Type: core.CmdClaim, Node: &core.NodeInfo{ID: n.id, Name: n.name(), Datacenter: n.dc,
 			GRPCAddr: grpcAddr(n.addr), RaftAddr: raftAddr(n.addr)}, Layout: &l}
 	case out.Reserve && n.gen != nil:
 		c = core.Command{Type: core.CmdReserve, NodeID: n.id, Slot: n.gen.Slot(), Tenure: n.tenure, UpTo: out.UpTo}
@@ -100,7 +100,7 @@ func (sh *simAgents) carryOut(n *simNode, out core.AgentOut) bool {
 			return true
 		}
 		sl := n.cl.truth.Slots[g.Slot()] // (not holds: the checker reads the log itself)
-		if sl.Owner == n.id && sl.Tenure == n.tenure && !sh.w.cfg.faults.adoptForwards && !errors.Is(out.Revoke, ErrClusterConflict) {
+		if sl.Owner == n.id && sl.Tenure == n.tenure && !sh.w.cfg.faults.adoptForwards && !errors.Is(out.Revoke, core.ErrClusterConflict) {
 			// Stopping is always safe, but only the replica may stop a
 			// generator, and a replica is a prefix of the log: a tenure
 			// current in the log is current in every replica. (With
@@ -154,7 +154,7 @@ func (sh *simAgents) answered(n *simNode, c core.Command, r core.Result, err err
 	case core.CmdRelease:
 		// Leave: a release refused as "not owner" needs none (the slot moved
 		// on); any other error ends the leave and the node serves on.
-		if err != nil && !errors.Is(err, ErrNotOwner) {
+		if err != nil && !errors.Is(err, core.ErrNotOwner) {
 			n.leaving = 0
 			sh.w.logf("%s release failed, stays: %v", n.name(), err)
 			return

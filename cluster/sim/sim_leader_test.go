@@ -1,4 +1,4 @@
-package cluster
+package sim
 
 // The simulator's leader side (sim_world_test.go): the node's leader shell
 // around the shipped decisions, over the modelled Raft.
@@ -124,7 +124,7 @@ func (ld *simLeaders) handle(l *simNode, c core.Command) (core.Result, error) {
 	if d.Handoff && current {
 		ld.handoff(l)
 	}
-	if current && errors.Is(d.Err, ErrNotOwner) && l.cl.truth.Holds(c.NodeID, c.Slot, c.Tenure) {
+	if current && errors.Is(d.Err, core.ErrNotOwner) && l.cl.truth.Holds(c.NodeID, c.Slot, c.Tenure) {
 		// A deposed leader may not know the claims its successor committed,
 		// but the current one answers from its whole log (past its
 		// Barrier): a false "not owner" from it is a leader reading a stale
@@ -165,10 +165,10 @@ func (ld *simLeaders) handle(l *simNode, c core.Command) (core.Result, error) {
 func (ld *simLeaders) applyForwarded(l *simNode, c core.Command) (core.Result, error) {
 	in := core.ForwardIn{Leader: l.believesLeader(), Own: l.ownCluster(), Speaks: core.OwnProtocols}
 	if l.conflict {
-		in.Conflict = ErrClusterConflict
+		in.Conflict = core.ErrClusterConflict
 	}
 	if err := core.ForwardCheck(in, c, nil); err != nil {
-		if !errors.Is(err, ErrWrongCluster) || !ld.w.cfg.faults.adoptForwards {
+		if !errors.Is(err, core.ErrWrongCluster) || !ld.w.cfg.faults.adoptForwards {
 			return core.Result{}, err
 		}
 		c.ClusterID = in.Own
@@ -197,7 +197,7 @@ func (ld *simLeaders) sweep(c *simCluster) {
 		return
 	}
 	v := &core.MemberView{Self: l.id, SelfRaftAddr: raftAddr(l.addr), Own: l.ownCluster(),
-		Servers: sweepServers(raft.Configuration{Servers: c.servers}), Members: ld.w.net.gossipView(), Addable: map[string]bool{},
+		Servers: coreServers(c.servers), Members: ld.w.net.gossipView(), Addable: map[string]bool{},
 		StateAddr: map[string]string{}, LeaderApplied: uint64(l.applied), Now: ld.w.base.Add(ld.w.now), ReapAfter: simReapAfter}
 	if l.replica.Layout != nil {
 		v.Layout = l.replica.Layout
