@@ -2,17 +2,13 @@ package cluster
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idgen/idgen/cluster/core"
+	"github.com/idgen/idgen/generator"
+	"github.com/idgen/idgen/scripts/harness"
 )
-
-// movedClock is the system clock plus an offset the test moves.
-type movedClock struct{ offset atomic.Int64 }
-
-func (c *movedClock) Now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
 
 // BenchmarkGrantAnswerToLocalApply measures what minting only from its own
 // log costs a follower: the time from a Reserve's answer (the leader has
@@ -23,10 +19,17 @@ func (c *movedClock) Now() time.Time { return time.Now().Add(time.Duration(c.off
 //	go test -run '^$' -bench GrantAnswerToLocalApply -benchtime 200x ./cluster
 func BenchmarkGrantAnswerToLocalApply(b *testing.B) {
 	tc := newTestCluster(b)
-	// One clock for all three, moved on a unit before every Reserve, so that
-	// each one grants a unit more (the leader clamps to its clock + max-ahead).
-	clock := &movedClock{}
-	tune := func(s *nodeSpec) { s.cfg.Clock = clock }
+	// Units of a millisecond, and each Reserve asks a second past the grant
+	// its replica shows: the leader clamps it to the cluster's time plus
+	// max-ahead, which real time moves a unit a millisecond, so nearly every
+	// Reserve grants something new. (It moved one clock for all three
+	// before, a second a Reserve, but the cluster's time follows the leader's
+	// polls of the voters' clocks, every 2 s, not a Reserve's own clock.)
+	layout, err := generator.NewLayout(generator.DefaultEpoch, time.Millisecond, 41, 2, 1, 11)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tune := func(s *nodeSpec) { s.cfg.Layout = layout }
 	tune(tc.add("a", 1))
 	tune(tc.add("b", 1, "a"))
 	tune(tc.add("c", 1, "a"))
@@ -39,6 +42,17 @@ func BenchmarkGrantAnswerToLocalApply(b *testing.B) {
 	if f.Status().RaftState == "Leader" {
 		b.Skip("b leads; the lag is a follower's")
 	}
+	// The leader grants only once it knows a quorum of the voters' clocks,
+	// from its polls (every 2 s): b and c were just made voters.
+	harness.WaitFor(b, 10*time.Second, "the leader knows the cluster's time", func() bool {
+		for _, name := range []string{"a", "b", "c"} {
+			if n := tc.node(name); n.Status().RaftState == "Leader" {
+				_, known := n.clusterClock.clusterNow(time.Now())
+				return known
+			}
+		}
+		return false
+	})
 	measured := 0
 	var rtt, lag time.Duration
 	b.ResetTimer()
@@ -54,10 +68,9 @@ func BenchmarkGrantAnswerToLocalApply(b *testing.B) {
 		if slot < 0 {
 			b.Fatal("b holds no slot")
 		}
-		clock.offset.Add(int64(time.Second))
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		start := time.Now()
-		r, err := f.proposer.propose(ctx, core.Command{Type: core.CmdReserve, NodeID: f.id, Slot: slot, Tenure: tenure, UpTo: granted + 1})
+		r, err := f.proposer.propose(ctx, core.Command{Type: core.CmdReserve, NodeID: f.id, Slot: slot, Tenure: tenure, UpTo: granted + 1000})
 		cancel()
 		if err != nil {
 			b.Fatal(err)
