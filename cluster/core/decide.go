@@ -308,8 +308,8 @@ func LeaderCheck(s *State, c Command, in LeaderIn) LeaderOut {
 		limit := s.Layout.Units(ct) + UnitsCeil(in.MaxAhead, s.Layout.Unit)
 		if !known {
 			// Fewer than a quorum of voters' clocks are known (a new leader's
-			// first seconds): no grant rests on this leader's clock alone. The
-			// next reserves bring the reports.
+			// first seconds): no grant rests on this leader's clock alone. Its
+			// polls of the voters bring the reports.
 			limit = highWater
 		}
 		c.UpTo = min(c.UpTo, limit, s.Layout.MaxTimestamp()) // past the layout's last units the generator says "exhausted"
