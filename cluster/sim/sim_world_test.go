@@ -1,13 +1,16 @@
 package sim
 
-// A deterministic simulated world for the slot protocol (DESIGN.md, "The
-// simulator"). Every virtual node runs the shipped decision code: the
-// replicated state machine (fsm.Apply over encoded entries), the generator
-// (generator.Generator on a virtual clock), the agent's rule (slotAgent.step,
-// driven as the node drives it), the leader's (handleCheck, leaderCheck,
-// appliedResult, leaderAnswer, initCommand, establishNext), the way between them
-// (proposeRoute, forwardCheck, acceptAnswer) and cluster time (clockBook,
-// clusterTime), and Raft's snapshots (fsm.Snapshot, Persist, Restore). Raft,
+// A deterministic simulated world for the slot protocol (cluster/DESIGN.md,
+// "The simulator"). Every virtual node runs the shipped decision code of
+// cluster/core: the replicated state (core.State.ApplyEntry over encoded
+// entries, and core.EncodeSnapshot and DecodeSnapshot for Raft's
+// snapshots), the generator (generator.Generator on a virtual clock), the
+// agent's rule (core.SlotAgent.Step, driven as the node drives it), the
+// leader's (HandleCheck, LeaderCheck, AppliedResult, LeaderAnswer,
+// InitCommand, EstablishNext, FounderCheck), reconcile's sweeps
+// (SweepProbes, SweepActions), the way between them (ProposeRoute,
+// ForwardCheck, AcceptAnswer), cluster time (ClockBook, ClusterTime) and
+// where clusters meet (ClusterAge, FenceCommands). Raft,
 // the transport and gossip are modelled: one log per cluster that commits
 // only with a quorum, replicas that lag or install the leader's snapshot,
 // restarts from a snapshot, elections, deposed and paused leaders that still
