@@ -13,8 +13,10 @@ import (
 // its own clock alone. The leader hears each voter's clock on its own
 // initiative (pollClocks: the authenticated Status it asks every few
 // seconds, whether or not the voter sends it commands), and from nothing
-// else (a forwarded command's clock is checked, never counted: a node
-// certificate does not say which node sent it); it keeps each node's latest
+// else (a forwarded command's clock is checked, not counted: a node
+// certificate does not say which node sent it; only a voter of the release
+// before protocol 2, whose Status has no clock, reports it in its Claims and
+// Reserves, core.CountsCommandClock); it keeps each node's latest
 // report, ages it by
 // the real time that has passed since it arrived, and takes the quorum-th
 // latest of its own clock and the voters' aged reports. A voter that has

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/idgen/idgen/cluster/core"
 	"github.com/idgen/idgen/generator"
 	"github.com/idgen/idgen/scripts/harness"
@@ -290,4 +292,47 @@ func TestForwardedCommandsReportNoClock(t *testing.T) {
 	if now := tc.node(leaderOf(tc, "a", "b", "c")); now != leader {
 		t.Fatalf("leadership moved from %s to %s under forged commands", leader.cfg.Name, now.cfg.Name)
 	}
+}
+
+// TestLegacyVotersReportTheirClockInCommands: a voter of the release before
+// protocol 2 puts no clock in its Status, and reports it only in its Claims
+// and Reserves; a leader of this release counts those (and no other
+// command's clock). The upgrade roll's phase d (this release leading two
+// voters of the recorded release) found it: with command clocks never
+// counted, the leader knew only its own clock of three, granted nothing, and
+// no node was ready until its minute's absent rule.
+func TestLegacyVotersReportTheirClockInCommands(t *testing.T) {
+	tc := startThree(t)
+	lead := leaderOf(tc, "a", "b", "c")
+	for _, name := range []string{"a", "b", "c"} {
+		if name == lead {
+			continue
+		}
+		tc.stop(name)
+		tc.specs[name].cfg.previousStatus, tc.specs[name].cfg.protocols = true, core.LegacyProtocols
+		tc.start(name)
+		harness.WaitFor(t, 20*time.Second, name+" back in the cluster", func() bool { return leaderOf(tc, "a", "b", "c") != "" })
+	}
+	// The leader restarts too: a new leader's book is empty, and only the
+	// legacy voters' commands can fill it.
+	tc.stop(lead)
+	l := tc.start(lead)
+	harness.WaitFor(t, 20*time.Second, lead+" leads again", func() bool {
+		cur := leaderOf(tc, "a", "b", "c")
+		if cur == lead {
+			return true
+		}
+		if cur != "" {
+			_ = tc.node(cur).rs.raft.LeadershipTransferToServer(raft.ServerID(l.id), raft.ServerAddress(l.cfg.RaftAdvertise)).Error()
+		}
+		return false
+	})
+	for _, name := range []string{"a", "b", "c"} {
+		harness.WaitFor(t, 15*time.Second, name+" ready under a leader of this release with two legacy voters", func() bool {
+			ok, _ := tc.node(name).Ready()
+			return ok && leaderOf(tc, "a", "b", "c") == lead
+		})
+	}
+	drawAll(t, tc)
+	tc.checkContainment()
 }

@@ -75,13 +75,21 @@ func (lg *leaderGate) handle(ctx context.Context, c core.Command) (core.Result, 
 func (lg *leaderGate) leaderApply(ctx context.Context, c core.Command) (core.Result, error) {
 	n := lg.n
 	now := n.clock.Now()
-	// A command's clock (SentAt) is checked against the cluster's time, never
-	// counted in it: the clocks are the voters' own answers to this leader's
-	// polls (clustertime.go), since a node certificate does not say which
-	// node sent a command (cluster/DESIGN.md, "The leader believes nothing
-	// of a sender before checking it").
-	in := core.LeaderIn{Now: now, Member: c.Type != core.CmdClaim || n.members.inRaftConfig(c.SpeaksFor()),
-		MaxAhead: n.cfg.MaxAhead, MaxSkew: n.cfg.MaxSkew}
+	// A command's clock (SentAt) is checked against the cluster's time, and
+	// counted in it only from a voter of the release before protocol 2,
+	// whose Status carries none: the other clocks are the voters' own
+	// answers to this leader's polls (clustertime.go), since a node
+	// certificate does not say which node sent a command (cluster/DESIGN.md,
+	// "The leader believes nothing of a sender before checking it").
+	id := c.SpeaksFor()
+	member := n.members.inRaftConfig(id)
+	proven, ok := n.versions.protocols.Get(id)
+	var counts bool
+	n.fsm.view(func(s *core.State) { counts = core.CountsCommandClock(s, c, member, ok && proven.Max < 2) })
+	if counts {
+		lg.n.clusterClock.clocks.Observe(id, core.ClockSample{Reported: time.Unix(0, c.SentAt), Leader: now, At: time.Now()})
+	}
+	in := core.LeaderIn{Now: now, Member: c.Type != core.CmdClaim || member, MaxAhead: n.cfg.MaxAhead, MaxSkew: n.cfg.MaxSkew}
 	in.ClusterNow, in.Known = lg.n.clusterClock.clusterNow(now)
 	var d core.LeaderOut
 	n.fsm.view(func(s *core.State) { d = core.LeaderCheck(s, c, in) })

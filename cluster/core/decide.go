@@ -466,6 +466,26 @@ func HandleCheck(s *State, c Command, ready bool) (Handling, error) {
 	return 0, fmt.Errorf("%w: command %s cannot be forwarded", ErrBadCommand, c.Type)
 }
 
+// CountsCommandClock: a command's clock (SentAt) counts in the cluster's
+// time only from a voter of the release before protocol 2 (legacy: its own
+// Status, which the leader's polls proved, carries no clock), which reports
+// its clock only in its Claims and Reserves, and then only from a Claim of a
+// member or a Reserve of the slot's holder under the tenure it names. Every
+// other voter's clock is its own answer to the leader's poll (cluster/
+// DESIGN.md, "The leader believes nothing of a sender before checking it").
+func CountsCommandClock(s *State, c Command, member, legacy bool) bool {
+	if !member || !legacy {
+		return false
+	}
+	switch c.Type {
+	case CmdClaim:
+		return true
+	case CmdReserve:
+		return s.Holds(c.NodeID, c.Slot, c.Tenure)
+	}
+	return false
+}
+
 // AppliedResult is the leader's reading of what Apply returned for its
 // entry of type t at index: an error is the command's refusal.
 func AppliedResult(t CommandType, index uint64, resp interface{}) (Result, error) {
