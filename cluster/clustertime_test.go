@@ -234,7 +234,7 @@ func TestReserveOfANonHolderReportsNoClock(t *testing.T) {
 	var leader *Node
 	harness.WaitFor(t, 10*time.Second, "a leader", func() bool { leader = tc.node(leaderOf(tc, "a", "b", "c")); return leader != nil })
 	ids := map[string]bool{}
-	for _, id := range leader.clusterClock.clocks.Ids() {
+	for _, id := range leader.clusterClock.clocks.IDs() {
 		ids[id] = true
 	}
 	for i := range 100 {
@@ -247,7 +247,7 @@ func TestReserveOfANonHolderReportsNoClock(t *testing.T) {
 	if _, err := real.deliver(real.command(core.Command{Type: core.CmdReserve, NodeID: real.id, Slot: 0, Tenure: 1 << 40, UpTo: 1})); !errors.Is(err, ErrNotOwner) && !errors.Is(err, ErrClockSkew) {
 		t.Fatalf("a reserve of b under a wrong tenure: %v, want it refused", err)
 	}
-	for _, id := range leader.clusterClock.clocks.Ids() {
+	for _, id := range leader.clusterClock.clocks.IDs() {
 		if !ids[id] && id != tc.node("b").id && id != tc.node("c").id && id != tc.node("a").id {
 			t.Errorf("the leader keeps a clock sample of %s, which holds no slot", id)
 		}

@@ -55,8 +55,8 @@ func (b *ClockBook) Retain(ids []string) {
 	}
 }
 
-// Ids are the nodes the book has a report of.
-func (b *ClockBook) Ids() []string {
+// IDs are the nodes the book has a report of.
+func (b *ClockBook) IDs() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return slices.Sorted(maps.Keys(b.last))
